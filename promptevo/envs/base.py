@@ -1,0 +1,84 @@
+"""The interface shared by every text environment in promptevo.
+
+A text env is gymnasium-like but speaks text on both sides:
+
+* ``reset(seed)`` returns ``(observation_text, info)``; ``info["mission"]`` holds the goal text.
+* ``step(action_text)`` returns a :class:`StepResult`. An action that is not one of
+  ``valid_actions`` (exact match after the env's own normalisation) is *invalid*: the env executes its
+  documented ``default_action`` instead and reports ``info["valid_action"] = False`` and
+  ``info["executed_action"]``; the trajectory records both.
+* ``progression`` is the benchmark metric in [0, 1] for the episode so far (BALROG's progression for
+  BabyAI: 1.0 once any step gave a positive reward).
+* ``instructions()`` is the environment's description for the LLM (rules, action list), data-driven.
+* ``episode_stats()`` returns env-specific statistics for summaries (e.g. collisions for MAPF).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StepResult:
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+class TextEnv(ABC):
+    """Abstract text environment (see module docstring for the contract)."""
+
+    #: short env family name, e.g. "babyai" or "mapf"
+    family: str = ""
+
+    @property
+    @abstractmethod
+    def valid_actions(self) -> list[str]:
+        """The exact action strings the env accepts."""
+
+    @property
+    @abstractmethod
+    def default_action(self) -> str:
+        """Executed in place of an invalid action."""
+
+    @property
+    @abstractmethod
+    def max_steps(self) -> int:
+        """Step limit of the current episode."""
+
+    @property
+    @abstractmethod
+    def mission(self) -> str:
+        """Goal text of the current episode."""
+
+    @property
+    @abstractmethod
+    def progression(self) -> float:
+        """Benchmark metric for the episode so far, in [0, 1]."""
+
+    @abstractmethod
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        """Start an episode; returns (observation text, info with at least 'mission')."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action (text). info carries 'valid_action', 'executed_action', 'progression'."""
+
+    @abstractmethod
+    def instructions(self) -> str:
+        """Environment description for the LLM: goal format, rules and the list of actions."""
+
+    def episode_stats(self) -> dict[str, Any]:
+        """Env-specific statistics of the current episode (override where useful)."""
+        return {}
+
+    def close(self) -> None:  # pragma: no cover - nothing to free by default
+        pass
