@@ -1,0 +1,117 @@
+"""CLI: help, version, one-line user errors (exit 2), eval end-to-end with the fake/scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from promptevo.cli import app
+from promptevo.llm import ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "promptevo.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+def test_help_lists_subcommands_and_version():
+    r = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    for cmd in ("eval", "models", "tasks", "optimize", "compare", "export"):
+        assert cmd in r.output
+    v = runner.invoke(app, ["--version"])
+    assert v.exit_code == 0 and "promptevo 0.1.0" in v.output
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["eval", "--task", "nope"], "unknown task 'nope'; valid tasks: goto"),
+        (["eval", "--task", "goto", "--agent", "smart"], "unknown agent 'smart'; valid agents: naive"),
+        (["eval", "--task", "goto", "--prompts", "missing.md", "--model", "fake/scripted"], "prompt file not found"),
+        (["eval"], "missing --task"),
+        (["eval", "--task", "goto", "--model", "fake/scripted", "--prompts", "prompts/babyai/plain/two-stage.md"],
+         "no module 'system'"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(args, needle):
+    r = cli(*args)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+def test_bad_task_file_names_file_and_field(tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('family = "babyai"\ngoal = "fly"\n')
+    r = cli("eval", "--task", str(bad), "--model", "fake/scripted")
+    assert r.returncode == 2
+    assert "bad.toml" in r.stderr and "goal" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_eval_end_to_end_with_fake_model(tmp_path: Path):
+    reply = "I will turn around.\n<|ACTION|>turn left<|END|>"
+    with ScriptedLLM.install(lambda messages: reply):
+        r = runner.invoke(app, [
+            "eval", "--agent", "robust-cot", "--task", "goto", "--episodes", "2", "--model", "fake/scripted",
+            "--no-cache", "--results-dir", str(tmp_path), "--run-name", "t1", "--concurrency", "2",
+            "--seeds", "train",
+        ], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "t1"
+    eps = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(e["seed"] for e in eps) == [0, 1]
+    assert all(e["steps"] == 64 and not e["success"] and e["error"] is None for e in eps)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] and summary["tasks"]["goto"]["n"] == 2
+    assert summary["tasks"]["goto"]["llm_calls"] == 128
+    config = json.loads((run / "config.json").read_text())
+    assert config["llm"]["model"] == "fake/scripted" and "api_key" not in config["llm"]
+    assert config["tasks"]["goto"]["seeds"] == [0, 1]
+    assert (run / "prompts" / "goto.md").exists()
+    assert "goto" in r.output and "0.0%" in r.output
+
+    # the same run name again is refused; --resume skips the finished episodes
+    again = runner.invoke(app, ["eval", "--task", "goto", "-n", "2", "--model", "fake/scripted",
+                                "--results-dir", str(tmp_path), "--run-name", "t1", "--seeds", "train"])
+    assert again.exit_code == 2
+    with ScriptedLLM.install(lambda messages: reply):
+        resumed = runner.invoke(app, ["eval", "--task", "goto", "-n", "3", "--model", "fake/scripted",
+                                      "--no-cache", "--results-dir", str(tmp_path), "--run-name", "t1",
+                                      "--seeds", "train", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert len((run / "episodes.jsonl").read_text().splitlines()) == 3
+    assert json.loads((run / "summary.json").read_text())["tasks"]["goto"]["n"] == 3
+
+
+def test_eval_ctrl_c_saves_and_exits_130(tmp_path: Path):
+    def responder(messages):
+        return KeyboardInterrupt()
+
+    with ScriptedLLM.install(responder):
+        r = runner.invoke(app, ["eval", "--task", "goto", "-n", "1", "--model", "fake/scripted", "--no-cache",
+                                "--results-dir", str(tmp_path), "--run-name", "int"])
+    assert r.exit_code == 130
+    assert (tmp_path / "int" / "summary.json").exists()
+    assert not json.loads((tmp_path / "int" / "summary.json").read_text())["complete"]
+
+
+def test_random_agent_eval_and_tasks_and_models(tmp_path: Path):
+    r = runner.invoke(app, ["eval", "--agent", "random", "--task", "mapf-single", "-n", "2",
+                            "--results-dir", str(tmp_path), "--run-name", "rnd"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "rnd" / "summary.json").read_text())["tasks"]["mapf-single"]["llm_calls"] == 0
+    t = runner.invoke(app, ["tasks"], env={"COLUMNS": "200"})
+    assert t.exit_code == 0 and "putnext" in t.output and "two-stage" in t.output
+    m = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    assert m.exit_code == 0 and "hosted_vllm/" in m.output and "--api-base" in m.output
