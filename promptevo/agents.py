@@ -169,11 +169,25 @@ class ActionSpace:
         return f"action ::= {parts}\nmove ::= " + " | ".join(_gbnf_literal(m) for m in MOVES) + "\n"
 
 
+ACTION_OPEN, ACTION_CLOSE = "<|ACTION|>", "<|END|>"
+
+
+def first_action_block(reply: str) -> str | None:
+    """Text of the first ``<|ACTION|>...<|END|>`` block (same result as ``ACTION_RE.search``), found in
+    linear time: the regex is quadratic on a degenerate reply that repeats ``<|ACTION|>`` without
+    ``<|END|>`` (10k repeats took ~10 s)."""
+    start = reply.find(ACTION_OPEN)
+    if start < 0:
+        return None
+    end = reply.find(ACTION_CLOSE, start + len(ACTION_OPEN))
+    return None if end < 0 else reply[start + len(ACTION_OPEN) : end]
+
+
 def parse_tagged_action(reply: str, space: ActionSpace) -> tuple[str, bool]:
     """First ``<|ACTION|>...<|END|>`` block of ``reply`` -> (action, parsed); fallback if none/invalid."""
-    m = ACTION_RE.search(reply or "")
-    if m:
-        action = space.match(m.group(1).strip())
+    block = first_action_block(reply if isinstance(reply, str) else "")
+    if block is not None:
+        action = space.match(block.strip())
         if action is not None:
             return action, True
     return FALLBACK_ACTION, False

@@ -137,6 +137,67 @@ def results_table(title: str, per_task: dict[str, dict], overall: dict | None = 
     return t
 
 
+def check_eval_flags(
+    *,
+    episodes: Optional[int] = None,
+    concurrency: int = 1,
+    seeds: str = "heldout",
+    seed_offset: int = 0,
+    temperature: Optional[float] = None,
+    max_tokens: Optional[int] = None,
+    history: Optional[int] = None,
+    init: str = "plain",
+) -> None:
+    """Raise :class:`UserError` (one line naming the flag) for an out-of-range eval option."""
+    import math
+
+    if episodes is not None and episodes < 1:
+        raise UserError(f"--episodes must be >= 1 (got {episodes})")
+    if concurrency < 1:
+        raise UserError(f"--concurrency must be >= 1 (got {concurrency})")
+    if seeds not in ("train", "heldout"):
+        raise UserError(f"--seeds must be train or heldout (got {seeds!r})")
+    if seed_offset < 0:
+        raise UserError(f"--seed-offset must be >= 0 (got {seed_offset})")
+    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
+        raise UserError(f"--temperature must be between 0 and 2 (got {temperature})")
+    if max_tokens is not None and max_tokens < 1:
+        raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
+    if history is not None and history < 1:
+        raise UserError(f"--history must be >= 1 (got {history})")
+    if init not in ("plain", "guided"):
+        raise UserError(f"--init must be plain or guided (got {init!r})")
+
+
+def load_prompts_file(path: Path) -> Any:
+    """``PromptSet.load(path)`` with unreadable files (a folder, not UTF-8, no permission) as one line."""
+    from promptevo.segments import PromptSet
+
+    if path.is_dir():
+        raise UserError(f"--prompts {path}: is a folder, not a prompt file (.md or .json)")
+    from promptevo.segments import PromptFormatError
+
+    try:
+        return PromptSet.load(path)
+    except UnicodeDecodeError as e:
+        raise UserError(f"--prompts {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except PromptFormatError as e:
+        if str(path) in str(e):
+            raise
+        raise UserError(f"--prompts {path}: {e}") from None
+    except (FileNotFoundError, *_user_error_types()):
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"--prompts {path}: cannot read a prompt set: {type(e).__name__}: {e}") from None
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with credentials removed (``--api-base http://user:pass@host`` -> ``***@``)."""
+    from promptevo.llm import redact
+
+    return [redact(a) for a in argv]
+
+
 def run_eval(
     *,
     agent: str,
@@ -164,18 +225,16 @@ def run_eval(
 
     from promptevo.agents import check_agent_name, default_prompt_path, make_agent
     from promptevo.llm import Gateway, LLMConfig
-    from promptevo.rollout import RunWriter, read_episodes, run_episodes
+    from promptevo.rollout import RunWriter, fault_summary, read_episodes, run_episodes
     from promptevo.scoring import aggregate_tasks, summarize, summarize_by_task
     from promptevo.segments import PromptSet
     from promptevo.tasks import load_task
 
     check_agent_name(agent)
-    if seeds not in ("train", "heldout"):
-        raise UserError(f"--seeds must be train or heldout (got {seeds!r})")
-    if concurrency < 1:
-        raise UserError(f"--concurrency must be >= 1 (got {concurrency})")
+    check_eval_flags(episodes=episodes, concurrency=concurrency, seeds=seeds, seed_offset=seed_offset,
+                     temperature=temperature, max_tokens=max_tokens, history=history, init=init)
     task_cfgs = [load_task(t) for t in tasks]
-    custom_prompts = PromptSet.load(prompts_file) if prompts_file is not None else None
+    custom_prompts = load_prompts_file(prompts_file) if prompts_file is not None else None
 
     cfg_kw: dict[str, Any] = {"concurrency": concurrency}
     if model:
@@ -223,7 +282,7 @@ def run_eval(
             ps.save(run_dir / "prompts" / f"{task.name}.md")
     config = {
         "promptevo_version": __version__,
-        "command": ["promptevo", *sys.argv[1:]],
+        "command": ["promptevo", *redact_argv(sys.argv[1:])],
         "started_at": datetime.now().isoformat(timespec="seconds"),
         "agent": agent,
         "agent_options": agent_kw,
@@ -256,6 +315,7 @@ def run_eval(
             "tasks": per_task,
             "overall": overall,
             "usage": gateway.usage.snapshot() if gateway is not None else {},
+            "faults": fault_summary(all_results, gateway.usage if gateway is not None else None),
             "updated_at": datetime.now().isoformat(timespec="seconds"),
         }
         writer.write_summary(summary)
@@ -471,11 +531,32 @@ def export_cmd(ctx: typer.Context) -> None:
 
 
 def main() -> None:
+    """Entry point. Command-line usage errors (unknown option, a flag value of the wrong type or out of
+    range) are printed as one line naming the flag, exit code 2, like every other user error."""
+    try:  # recent typer vendors click as typer._click (Abort lives in typer.exceptions)
+        from typer._click.exceptions import ClickException  # type: ignore[import-not-found]
+        from typer.exceptions import Abort  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - older typer on top of click
+        from click.exceptions import Abort, ClickException
+
     try:
-        app()
+        rv = app(standalone_mode=False)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         sys.exit(130)
+    except Abort:
+        err_console.print("[yellow]interrupted[/]")
+        sys.exit(130)
+    except ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # the help text has been printed already
+            sys.exit(e.exit_code)
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        try:
+            fail(e.format_message() + hint, code=e.exit_code if e.exit_code else 2)
+        except typer.Exit as ex:
+            sys.exit(ex.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

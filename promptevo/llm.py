@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -126,10 +127,16 @@ class LLMConfig:
             raise LLMConfigError(f"LLMConfig.max_tokens must be >= 1, got {self.max_tokens}")
         if self.timeout <= 0:
             raise LLMConfigError(f"LLMConfig.timeout must be > 0, got {self.timeout}")
+        if not isinstance(self.temperature, (int, float)) or not 0.0 <= float(self.temperature) < float("inf"):
+            raise LLMConfigError(f"LLMConfig.temperature must be a finite number >= 0, got {self.temperature}")
 
     def public_dict(self) -> dict:
-        """All fields except the API key (replaced by ``api_key_set``); safe for summary.json."""
+        """All fields except the API key (replaced by ``api_key_set``); safe for summary.json.
+
+        Credentials inside ``api_base`` (``http://user:pass@host``) and secret-looking query
+        parameters are replaced by ``***`` (see :func:`redact_url`)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "api_key"}
+        d["api_base"] = redact_url(self.api_base)
         d["api_key_set"] = self.api_key is not None
         return d
 
@@ -180,6 +187,8 @@ class UsageTracker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_role: dict[str, dict] = {}
+        self._retry_kinds: dict[str, int] = {}
+        self._error_kinds: dict[str, int] = {}
 
     def _add(self, role: str, **delta: float) -> None:
         with self._lock:
@@ -195,11 +204,27 @@ class UsageTracker:
                       completion_tokens=completion.completion_tokens, cost=completion.cost,
                       latency_s=completion.latency_s)
 
-    def record_retry(self, role: str) -> None:
+    def record_retry(self, role: str, kind: str | None = None) -> None:
         self._add(role, retries=1)
+        if kind:
+            with self._lock:
+                self._retry_kinds[kind] = self._retry_kinds.get(kind, 0) + 1
 
-    def record_error(self, role: str) -> None:
+    def record_error(self, role: str, kind: str | None = None) -> None:
         self._add(role, errors=1)
+        if kind:
+            with self._lock:
+                self._error_kinds[kind] = self._error_kinds.get(kind, 0) + 1
+
+    def faults(self) -> dict:
+        """``{"retries", "errors", "retries_by_kind", "errors_by_kind"}``; a kind is the exception
+        class name (``RateLimitError``, ``InternalServerError``, ``Timeout``, ...) or ``empty_reply``.
+        ``errors`` counts calls that raised after all retries (plus configuration errors)."""
+        tot = self.total()
+        with self._lock:
+            return {"retries": int(tot["retries"]), "errors": int(tot["errors"]),
+                    "retries_by_kind": dict(sorted(self._retry_kinds.items())),
+                    "errors_by_kind": dict(sorted(self._error_kinds.items()))}
 
     def role(self, role: str) -> dict:
         with self._lock:
@@ -229,6 +254,8 @@ class UsageTracker:
     def reset(self) -> None:
         with self._lock:
             self._by_role.clear()
+            self._retry_kinds.clear()
+            self._error_kinds.clear()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -471,6 +498,47 @@ def __getattr__(name: str) -> Any:  # PEP 562: build ScriptedLLM (and import lit
 
 
 # --------------------------------------------------------------------------------------------------
+# secrets: never written to results, logs or error lines
+
+#: Environment variables whose values are treated as secrets by :func:`redact` (by name suffix/part).
+_SECRET_ENV_RE = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD|PASSWD)", re.IGNORECASE)
+_SECRET_QUERY_RE = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access_token|secret|password|sig)=)[^&#\s]*")
+_URL_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+_MIN_SECRET_LEN = 6
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` with its userinfo (``user:pass@``) and secret query parameters replaced by ``***``."""
+    if not url:
+        return url
+    out = _URL_USERINFO_RE.sub(r"\1***@", str(url))
+    return _SECRET_QUERY_RE.sub(r"\1***", out)
+
+
+def _url_secrets(url: str | None) -> list[str]:
+    if not url:
+        return []
+    try:
+        parsed = urlparse(url if "://" in url else f"http://{url}")
+    except ValueError:
+        return []
+    return [x for x in (parsed.password, parsed.username if len(parsed.username or "") >= 8 else None) if x]
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with the given secrets, every ``*_API_KEY``/``*TOKEN``/``*SECRET``/``*PASSWORD``
+    environment variable value, URL userinfo and secret query parameters replaced by ``***``."""
+    if not text:
+        return text
+    values = {v for v in secrets if v and len(v) >= 3}
+    values |= {v for k, v in os.environ.items() if v and len(v) >= _MIN_SECRET_LEN and _SECRET_ENV_RE.search(k)}
+    for v in sorted(values, key=len, reverse=True):
+        if v in text:
+            text = text.replace(v, "***")
+    return redact_url(text) or text
+
+
+# --------------------------------------------------------------------------------------------------
 # error classification
 
 
@@ -499,16 +567,21 @@ def _looks_like_missing_credentials(exc: BaseException) -> bool:
     return "missing credentials" in msg or "api_key client option must be set" in msg
 
 
-def _clean_error(exc: BaseException, secret: str | None) -> str:
+def _clean_error(exc: BaseException, secret: str | None, *more_secrets: str | None) -> str:
     msg = str(exc) or type(exc).__name__
     first = next((ln for ln in msg.splitlines() if ln.strip()), msg)
     first = first.strip()
     for prefix in ("litellm.",):
         if first.startswith(prefix):
             first = first[len(prefix):]
-    if secret:
-        first = first.replace(secret, "***")
+    first = redact(first, secret, *more_secrets)
+    first = first.encode("utf-8", errors="replace").decode("utf-8")  # lone surrogates from a server body
     return _one_line(first, 300)
+
+
+def fault_kind(exc: BaseException) -> str:
+    """Short label of a failed attempt for the fault counters: ``empty_reply`` or the class name."""
+    return "empty_reply" if isinstance(exc, _EmptyReply) else type(exc).__name__
 
 
 def _config_error_kind(exc: BaseException) -> str:
@@ -582,7 +655,7 @@ class Gateway:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"Gateway(model={c.model!r}, api_base={c.api_base!r}, "
+        return (f"Gateway(model={c.model!r}, api_base={redact_url(c.api_base)!r}, "
                 f"cache={'off' if self.cache is None else self.cache.path!r}, "
                 f"concurrency={c.concurrency})")
 
@@ -777,13 +850,16 @@ class Gateway:
         except sqlite3.Error as e:
             log.warning("LLM cache write failed: %s", e)
 
+    def _clean(self, exc: BaseException) -> str:
+        """One line for ``exc`` without the API key, api_base credentials or secret env values."""
+        return _clean_error(exc, self.config.api_key, *_url_secrets(self.config.api_base))
+
     def _fail(self, exc: BaseException, role: str, attempts: int) -> LLMError:
         model = self.config.model
-        secret = self.config.api_key
         if isinstance(exc, _EmptyReply):
             return LLMReplyError(f"model {model} returned an empty reply {attempts} time(s) "
                                  f"(role {role})", model=model, role=role, attempts=attempts)
-        detail = _clean_error(exc, secret)
+        detail = self._clean(exc)
         if _is_transient(exc):
             return LLMError(f"model {model}: gave up after {attempts} attempt(s) (role {role}): "
                             f"{detail}", model=model, role=role, attempts=attempts)
@@ -799,8 +875,8 @@ class Gateway:
                                  model=self.config.model, role=role)
         try:
             self.check()
-        except LLMError:
-            self.usage.record_error(role)
+        except LLMError as e:
+            self.usage.record_error(role, type(e).__name__)
             raise
         t, mt, sd, st = self._resolve(temperature, max_tokens, seed, stop)
         kw = self._call_kwargs(messages, t, mt, sd, st, grammar)
@@ -835,15 +911,15 @@ class Gateway:
                 result = self._to_completion(response, latency)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if (isinstance(exc, _EmptyReply) or _is_transient(exc)) and attempt + 1 < attempts:
-                    self.usage.record_retry(role)
+                    self.usage.record_retry(role, fault_kind(exc))
                     delay = _backoff(self.config, attempt)
                     log.info("LLM %s (role %s): %s; retry %d/%d in %.2fs", self.config.model,
-                             role, _clean_error(exc, self.config.api_key) if not isinstance(
+                             role, self._clean(exc) if not isinstance(
                                  exc, _EmptyReply) else "empty reply", attempt + 1,
                              attempts - 1, delay)
                     time.sleep(delay)
                     continue
-                self.usage.record_error(role)
+                self.usage.record_error(role, fault_kind(exc))
                 raise self._fail(exc, role, attempt + 1) from (
                     None if isinstance(exc, _EmptyReply) else exc)
             self._store(key, result)
@@ -883,10 +959,10 @@ class Gateway:
                 result = self._to_completion(response, latency)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if (isinstance(exc, _EmptyReply) or _is_transient(exc)) and attempt + 1 < attempts:
-                    self.usage.record_retry(role)
+                    self.usage.record_retry(role, fault_kind(exc))
                     await asyncio.sleep(_backoff(self.config, attempt))
                     continue
-                self.usage.record_error(role)
+                self.usage.record_error(role, fault_kind(exc))
                 raise self._fail(exc, role, attempt + 1) from (
                     None if isinstance(exc, _EmptyReply) else exc)
             self._store(key, result)

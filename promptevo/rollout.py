@@ -16,6 +16,14 @@ the FIRST step (``keep_messages="first"``, default); later steps store ``message
 the message list, 16 hex chars), ``n_messages`` and ``last_message`` (the newest message, i.e. what is
 new this step). ``keep_messages="all"`` keeps every message list, ``"none"`` only hashes.
 
+Stored text is capped: replies, descriptions and message contents longer than
+:data:`MAX_STORED_TEXT_CHARS` (4000) characters are cut to that length plus a marker, and the
+original length is kept next to them (``reply_chars``, ``description_chars``; messages:
+``content_chars``), so a runaway 100k-character reply cannot blow up the episode files. The agent
+itself saw the full text. Per-episode fault counts are in ``faults`` (``empty_replies``,
+``call_errors``, ``clipped_texts``, ``length_truncated``); :func:`fault_summary` adds them up with the
+gateway's retries/errors by kind for ``summary.json``.
+
 Results files (:class:`RunWriter`): ``episodes.jsonl`` (one EpisodeResult per line, appended and
 fsynced as each episode finishes) and ``summary.json`` / ``config.json`` (written atomically).
 """
@@ -51,6 +59,10 @@ except ImportError:  # pragma: no cover - the gateway module is written in paral
 
 KeepMessages = Literal["first", "all", "none"]
 
+#: Longest reply / description / message content stored in a trajectory (characters).
+MAX_STORED_TEXT_CHARS = 4000
+CLIP_MARKER = "...[clipped]"
+
 
 @dataclass
 class EpisodeResult:
@@ -74,6 +86,7 @@ class EpisodeResult:
     cached_calls: int = 0
     agent: str = ""
     truncated: bool = False
+    faults: dict = field(default_factory=dict)  # empty_replies, call_errors, clipped_texts, length_truncated
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -97,15 +110,37 @@ def _messages_sha(messages: list[dict]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def _compact_call(call: dict, keep: bool) -> dict:
+def clip_text(text: Any, limit: int = MAX_STORED_TEXT_CHARS) -> tuple[Any, int | None]:
+    """``(text cut to limit chars + marker, original length)`` or ``(text, None)`` when short enough."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text, None
+    return text[:limit] + CLIP_MARKER, len(text)
+
+
+def _clip_message(msg: Any, counter: list[int]) -> Any:
+    if not isinstance(msg, dict):
+        return msg
+    content, n = clip_text(msg.get("content"))
+    if n is None:
+        return msg
+    counter[0] += 1
+    return {**msg, "content": content, "content_chars": n}
+
+
+def _compact_call(call: dict, keep: bool, counter: list[int] | None = None) -> dict:
+    counter = counter if counter is not None else [0]
     out = {k: v for k, v in call.items() if k != "messages"}
+    reply, n = clip_text(out.get("reply"))
+    if n is not None:
+        out["reply"], out["reply_chars"] = reply, n
+        counter[0] += 1
     msgs = call.get("messages") or []
     out["messages_sha"] = _messages_sha(msgs)
     out["n_messages"] = len(msgs)
     if keep:
-        out["messages"] = msgs
+        out["messages"] = [_clip_message(m, counter) for m in msgs]
     else:
-        out["last_message"] = msgs[-1] if msgs else None
+        out["last_message"] = _clip_message(msgs[-1], counter) if msgs else None
     return out
 
 
@@ -152,6 +187,7 @@ def run_episode(
     error: str | None = None
     success_flag: bool | None = None
     done = False
+    faults = {"empty_replies": 0, "call_errors": 0, "clipped_texts": 0, "length_truncated": 0}
     try:
         for t in range(limit):
             if stop is not None and stop.is_set():
@@ -177,24 +213,36 @@ def run_episode(
             calls_n += len(decision.calls)
             cached += sum(bool(c.get("cached")) for c in decision.calls)
             keep = keep_messages == "all" or (keep_messages == "first" and t == 0)
-            traj.append(
-                {
-                    "t": t,
-                    "observation": obs,
-                    "action": decision.action,
-                    "executed_action": step.info.get("executed_action", decision.action),
-                    "reply": decision.reply,
-                    "parsed": decision.parsed,
-                    "valid": valid,
-                    "reward": step.reward,
-                    "done": step.done,
-                    "description": decision.description,
-                    "prompt_tokens": s_ptok,
-                    "completion_tokens": s_ctok,
-                    "latency_s": round(sum(float(c.get("latency_s") or 0.0) for c in decision.calls), 4),
-                    "calls": [_compact_call(c, keep and keep_messages != "none") for c in decision.calls],
-                }
-            )
+            for c in decision.calls:
+                err = str(c.get("error") or "")
+                faults["call_errors"] += bool(err)
+                faults["empty_replies"] += err.startswith("LLMReplyError")
+                faults["length_truncated"] += bool(c.get("truncated"))
+            clipped = [0]
+            reply, reply_n = clip_text(decision.reply)
+            description, desc_n = clip_text(decision.description)
+            record = {
+                "t": t,
+                "observation": obs,
+                "action": decision.action,
+                "executed_action": step.info.get("executed_action", decision.action),
+                "reply": reply,
+                "parsed": decision.parsed,
+                "valid": valid,
+                "reward": step.reward,
+                "done": step.done,
+                "description": description,
+                "prompt_tokens": s_ptok,
+                "completion_tokens": s_ctok,
+                "latency_s": round(sum(float(c.get("latency_s") or 0.0) for c in decision.calls), 4),
+                "calls": [_compact_call(c, keep and keep_messages != "none", clipped) for c in decision.calls],
+            }
+            if reply_n is not None:
+                record["reply_chars"] = reply_n
+            if desc_n is not None:
+                record["description_chars"] = desc_n
+            faults["clipped_texts"] += clipped[0] + (reply_n is not None) + (desc_n is not None)
+            traj.append(record)
             obs, info = step.observation, step.info
             if "success" in step.info:
                 success_flag = bool(step.info["success"])
@@ -227,6 +275,7 @@ def run_episode(
         cached_calls=cached,
         agent=getattr(agent, "name", ""),
         truncated=not done and error is None,
+        faults=faults,
     )
 
 
@@ -243,6 +292,8 @@ def run_episodes(
     stop: StopFlag | None = None,
 ) -> list[EpisodeResult]:
     """Play one episode per seed on a thread pool; results come back in seed order.
+
+    ``on_result`` sees the episodes in completion order (seed order when ``concurrency`` is 1).
 
     ``on_result(result)`` and ``progress(done, total, result)`` run in the calling thread as each
     episode finishes (safe for file writes). On KeyboardInterrupt, queued episodes are cancelled,
@@ -263,7 +314,9 @@ def run_episodes(
         pending = set(futures)
         while pending:
             done_set, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            for fut in done_set:
+            # seed order within a batch (a set iterates in arbitrary order): with concurrency 1 the
+            # results files are written in seed order, byte for byte the same on every run
+            for fut in sorted(done_set, key=futures.__getitem__):
                 res = fut.result()  # re-raises LLMConfigError and bugs
                 results[futures[fut]] = res
                 if on_result is not None:
@@ -283,7 +336,9 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    # errors="replace": a lone surrogate (e.g. from a server's error body) becomes "?" instead of
+    # aborting the write
+    with open(tmp, "w", encoding="utf-8", errors="replace") as f:
         json.dump(data, f, indent=2, ensure_ascii=False, default=str)
         f.write("\n")
         f.flush()
@@ -293,7 +348,7 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
+    with open(path, "a", encoding="utf-8", errors="replace") as f:  # lone surrogates -> "?"
         f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -305,7 +360,7 @@ def read_episodes(path: str | Path) -> list[EpisodeResult]:
     p = Path(path)
     if not p.exists():
         return out
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
@@ -337,6 +392,41 @@ class RunWriter:
         return write_json_atomic(self.dir / "config.json", config)
 
 
+def fault_summary(results: Iterable[Any], usage: Any = None) -> dict[str, Any]:
+    """What went wrong in a run, for ``summary.json["faults"]``.
+
+    From the episodes (EpisodeResult objects or their dicts): episodes that ended on an LLM error
+    (``episodes_errored``, by exception kind), invalid actions, parse failures, empty replies, other
+    call errors, replies cut by max_tokens and stored texts clipped to MAX_STORED_TEXT_CHARS. From the
+    gateway's usage tracker when given: retries and errors by kind (see ``UsageTracker.faults``).
+    """
+    rs = list(results)
+
+    def get(r: Any, k: str, default: Any = 0) -> Any:
+        return r.get(k, default) if isinstance(r, dict) else getattr(r, k, default)
+
+    errored: dict[str, int] = {}
+    for r in rs:
+        err = get(r, "error", None)
+        if err:
+            kind = str(err).split(":", 1)[0].strip() or "error"
+            errored[kind] = errored.get(kind, 0) + 1
+    out: dict[str, Any] = {
+        "episodes": len(rs),
+        "episodes_errored": sum(errored.values()),
+        "episode_errors_by_kind": dict(sorted(errored.items())),
+        "invalid_actions": sum(int(get(r, "invalid_actions") or 0) for r in rs),
+        "parse_failures": sum(int(get(r, "parse_failures") or 0) for r in rs),
+    }
+    for k in ("empty_replies", "call_errors", "length_truncated", "clipped_texts"):
+        out[k] = sum(int((get(r, "faults", None) or {}).get(k, 0)) for r in rs)
+    if usage is not None and hasattr(usage, "faults"):
+        g = usage.faults()
+        out.update({"llm_retries": g["retries"], "llm_errors": g["errors"],
+                    "llm_retries_by_kind": g["retries_by_kind"], "llm_errors_by_kind": g["errors_by_kind"]})
+    return out
+
+
 def evaluate(
     task: TaskConfig,
     agent_factory: Callable[[], "Agent"],
@@ -347,11 +437,13 @@ def evaluate(
     progress: Callable[[int, int, EpisodeResult], None] | None = None,
     keep_messages: KeepMessages = "first",
     env_factory: Callable[[TaskConfig], "TextEnv"] = make_env,
+    gateway: Any = None,
 ) -> tuple[list[EpisodeResult], dict[str, Any]]:
     """Play ``seeds`` and summarise: ``(results in seed order, scoring.summarize(results))``.
 
-    With ``writer``, every finished episode is appended to its episodes.jsonl and the summary is
-    written to its summary.json.
+    With ``writer``, every finished episode is appended to its episodes.jsonl and the summary (plus a
+    ``faults`` section, :func:`fault_summary`; with the gateway's retries/errors by kind when
+    ``gateway`` is given) is written to its summary.json.
     """
     from promptevo.scoring import summarize
 
@@ -361,5 +453,6 @@ def evaluate(
     )
     summary = summarize(results)
     if writer is not None:
-        writer.write_summary({"task": task.name, **summary})
+        usage = getattr(gateway, "usage", None)
+        writer.write_summary({"task": task.name, **summary, "faults": fault_summary(results, usage)})
     return results, summary

@@ -123,10 +123,30 @@ class TaskConfig(BaseModel):
         return all_seeds[offset : offset + n]
 
 
+_FIELD_NAMES = ", ".join(TaskConfig.model_fields)
+
+
 def _first_error_line(e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ())) or "(file)"
+    """One line naming the first bad field: unknown key, wrong type (with the value) or bad value."""
+    errors = e.errors()
+    err = errors[0]
+    if err.get("type") == "list_type" and "list[int]" in err.get("loc", ()):
+        # a table was given for a seed field: report what is wrong with it as a SeedRange
+        field_name = err["loc"][0]
+        err = next((x for x in errors if x.get("loc", ())[:2] == (field_name, "SeedRange")), err)
+    loc_parts = [str(p) for p in err.get("loc", ())]
+    # drop pydantic's union-branch labels such as "list[int]" / "SeedRange" from the location
+    loc = ".".join(p for p in loc_parts if p not in ("list[int]", "SeedRange")) or "(file)"
     msg = err.get("msg", "invalid value").removeprefix("Value error, ")
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        top = len(loc_parts) == 1
+        valid = _FIELD_NAMES if top else "start, count"
+        return f"unknown key {loc!r} (valid keys: {valid})"
+    if kind == "missing":
+        return f"field {loc}: required but missing"
+    if kind != "value_error" and "input" in err and not isinstance(err["input"], dict):
+        return f"field {loc}: {msg} (got {err['input']!r})"
     return f"field {loc}: {msg}"
 
 
@@ -140,9 +160,17 @@ def load_task_file(path: str | Path) -> TaskConfig:
         raise TaskError(f"{path}: invalid TOML: {e}") from None
     data.setdefault("name", path.stem)
     try:
-        return TaskConfig(**data)
+        task = TaskConfig(**data)
     except ValidationError as e:
         raise TaskError(f"{path}: {_first_error_line(e)}") from None
+    if task.family == "mapf":  # a bad or missing preset fails here, not in the middle of a run
+        from promptevo.envs.mapf import MAPFConfigError, load_mapf_preset
+
+        try:
+            load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
+        except MAPFConfigError as e:
+            raise TaskError(f"{path}: field mapf_preset: {e}") from None
+    return task
 
 
 def list_tasks() -> list[str]:

@@ -22,6 +22,7 @@ Our own design (the paper that names the testbed publishes no observation, actio
 
 from __future__ import annotations
 
+import os
 import re
 import string
 import tomllib
@@ -159,13 +160,23 @@ def load_mapf_config(path: str | Path) -> MAPFConfig:
     return make_mapf_config(data, str(path))
 
 
+def preset_dirs() -> list[Path]:
+    """Where presets are looked up: ``$PROMPTEVO_TASKS_DIR/mapf`` (when set) first, then tasks/mapf."""
+    env = os.environ.get("PROMPTEVO_TASKS_DIR")
+    dirs = [Path(env) / "mapf"] if env else []
+    return dirs + [PRESET_DIR]
+
+
 def load_mapf_preset(name: str) -> MAPFConfig:
-    """One of :data:`MAPF_PRESETS` (tasks/mapf/<name>.toml)."""
-    path = PRESET_DIR / f"{name}.toml"
-    if not path.is_file():
-        known = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-        raise MAPFConfigError(f"unknown MAPF preset {name!r}; known: {', '.join(known)}")
-    return load_mapf_config(path)
+    """One of :data:`MAPF_PRESETS` (tasks/mapf/<name>.toml; see :func:`preset_dirs`)."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+        raise MAPFConfigError(f"bad MAPF preset name {name!r}")
+    for d in preset_dirs():
+        path = d / f"{name}.toml"
+        if path.is_file():
+            return load_mapf_config(path)
+    known = sorted({p.stem for d in preset_dirs() if d.is_dir() for p in d.glob("*.toml")})
+    raise MAPFConfigError(f"unknown MAPF preset {name!r}; known: {', '.join(known)}")
 
 
 # ----------------------------------------------------------------------------------------------------
