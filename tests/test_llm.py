@@ -27,6 +27,7 @@ from promptevo.llm import (
 )
 
 import litellm  # noqa: E402  (after promptevo, see above)
+import promptevo  # noqa: E402
 
 MSGS = [{"role": "system", "content": "You play a game."},
         {"role": "user", "content": "You see a ball ahead. Act."}]
@@ -264,7 +265,11 @@ def test_local_models_register_the_local_provider_lazily(monkeypatch):
 
     stub.ensure_registered = ensure_registered
     monkeypatch.setitem(sys.modules, "promptevo.localmodel", stub)
-    monkeypatch.setattr(litellm, "custom_provider_map", list(litellm.custom_provider_map))
+    monkeypatch.setattr(promptevo, "localmodel", stub, raising=False)
+    # an earlier test may have registered the real llama.cpp provider: start from a map without it
+    monkeypatch.setattr(
+        litellm, "custom_provider_map", [i for i in litellm.custom_provider_map if i["provider"] != "local"]
+    )
     gw = Gateway(LLMConfig(model="local/stub-model", cache_dir=None, backoff_base=0.01))
     with ScriptedLLM.install(script):
         c = gw.complete(MSGS, grammar='root ::= "go forward"')
