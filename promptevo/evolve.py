@@ -70,6 +70,9 @@ class EvolveConfig(BaseModel):
     optimizer_model: str | None = Field(default=None, description="defaults to model")
     optimizer_api_base: str | None = Field(default=None, description="defaults to api_base when the models match")
     no_cache: bool = False
+    max_steps: int | None = Field(default=None, ge=1, description="cap on steps per episode (default: the "
+                                  "env's own limit, BALROG's 64/128 for BabyAI)")
+    agent_max_tokens: int = Field(default=512, ge=16, description="max tokens per agent LLM call")
     generations: int = Field(default=10, ge=0)
     episodes: int = Field(default=6, ge=1, description="training seeds per evaluation (paired)")
     heldout_episodes: int = Field(default=20, ge=1)
@@ -106,7 +109,7 @@ class EvolveConfig(BaseModel):
 
 #: Fields that must not change when a run is resumed (they define what the stored episodes mean).
 IDENTITY_FIELDS = ("task", "agent", "init", "prompts", "model", "seed", "episodes", "heldout_episodes",
-                   "fresh_train_seeds", "metric")
+                   "fresh_train_seeds", "metric", "max_steps", "agent_max_tokens")
 
 
 def load_run_config(run_dir: str | Path) -> EvolveConfig:
@@ -885,6 +888,15 @@ class _Optimizer:
                 self.ablate(st.candidates[st.best_id])
             report = write_report(self.run_dir, st, self.usage())
             self.display.log(report_markdown_table(report))
+            try:  # the HTML report is a convenience: its failure never fails the run
+                from promptevo.report import write_html
+
+                write_html(self.run_dir)
+            except Exception as e:  # noqa: BLE001
+                import logging
+
+                msg = f"warning: report.html not written ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                (logging.getLogger(__name__).warning if self.display.quiet else self.display.log)(msg)
             best = st.candidates[st.best_id]
             return RunResult(self.run_dir, best.id, best.prompt_set(), report, st.stop_reason,
                              list(st.candidates.values()))
@@ -1031,12 +1043,16 @@ def optimize(
         from promptevo.tasks import load_task
 
         task = load_task(config.task)
+    if config.max_steps is not None:
+        cap = config.max_steps if task.max_steps is None else min(task.max_steps, config.max_steps)
+        task = task.model_copy(update={"max_steps": cap})
     if agent_gateway is None or optimizer_gateway is None:
         from promptevo.llm import Gateway, LLMConfig
 
         cache = {"cache_dir": None} if config.no_cache else {}
         if agent_gateway is None:
             agent_gateway = Gateway(LLMConfig(model=config.model, api_base=config.api_base,
+                                              max_tokens=config.agent_max_tokens,
                                               concurrency=config.concurrency, seed=config.seed, **cache))
         if optimizer_gateway is None:
             opt_model = config.optimizer_model or config.model
@@ -1104,6 +1120,8 @@ def _build_parser() -> Any:
     a("--api-base", help="server URL for the agent model")
     a("--optimizer-model", help="LLM for the analyser and mutator (default: --model)")
     a("--optimizer-api-base", help="server URL for the optimizer model")
+    a("--max-steps", type=int, help="cap on steps per episode (default: the env's own limit)")
+    a("--agent-max-tokens", type=int, help="max tokens per agent LLM call (default 512)")
     a("--generations", "-g", type=int, help="generations (default 10)")
     a("--episodes", "-n", type=int, help="training seeds per evaluation, paired (default 6)")
     a("--heldout-episodes", type=int, help="held-out seeds for promotion and the final table (default 20)")
