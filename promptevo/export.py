@@ -9,6 +9,7 @@
   agent to build with these prompts; the prompt set itself is at top level (``meta``/``modules``), so
   the file also loads with :meth:`PromptSet.load` and ``promptevo eval --prompts agent.json`` works;
   ``prompts_file`` is the path of ``best.json`` relative to ``agent.json``;
+* ``report.html`` -- a copy of the run's static HTML report, when the run has one;
 * ``LINEAGE.md`` -- the chain of edits from the initial prompt to the best, each with its op,
   segment, rationale, training-seed decision and held-out scores, plus the segment diffs; then a table
   of every other candidate that was tried.
@@ -122,6 +123,11 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[P
     p = out / "LINEAGE.md"
     _atomic_write(p, lineage_markdown(st))
     paths.append(p)
+    if (run_dir / "report.html").is_file():  # written at the end of a run, or by `promptevo report`
+        p = out / "report.html"
+        if p.resolve() != (run_dir / "report.html").resolve():
+            _atomic_write(p, (run_dir / "report.html").read_text(encoding="utf-8"))
+        paths.append(p)
     return paths
 
 

@@ -412,7 +412,7 @@ def test_export_writes_loadable_files_and_lineage(tmp_path):
     res = run(config(tmp_path), CountingRunner(), fast=True)
     paths = export_run(res.run_dir, tmp_path / "out")
     names = sorted(p.name for p in paths)
-    assert names == ["LINEAGE.md", "agent.json", "best.json", "best.md"]
+    assert names == ["LINEAGE.md", "agent.json", "best.json", "best.md", "report.html"]
     best_fp = fp_of(res, "c1")
     assert PromptSet.load(tmp_path / "out" / "best.md").fingerprint() == best_fp
     assert PromptSet.load(tmp_path / "out" / "best.json").fingerprint() == best_fp
