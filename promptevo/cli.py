@@ -553,7 +553,7 @@ def optimize_cmd(ctx: typer.Context) -> None:
 
 @app.command("compare", context_settings=_PASSTHROUGH)
 def compare_cmd(ctx: typer.Context) -> None:
-    """Compare two runs or prompt sets on the same seeds (promptevo.compare)."""
+    """Compare methods (robust-cot, promptevo, gepa) with the same model, LLM-call budget and seeds."""
     _delegate("compare", "promptevo.compare", ctx.args)
 
 
