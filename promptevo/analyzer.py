@@ -194,14 +194,19 @@ def call_json(
         usage["cost"] += float(getattr(comp, "cost", 0.0) or 0.0)
         raw = comp.text or ""
         copied = [f for f in forbid if f in raw]
-        if copied:
-            err = (f"the answer repeats the example text ({copied[0]!r}) instead of describing the actual "
-                   "episodes and prompts")
-        else:
-            try:
-                return parse(extract_json(raw)), raw, None, usage
-            except (ValueError, ValidationError, TypeError) as e:
-                err = _one_line(e)
+        try:
+            obj = extract_json(raw)
+            if copied:
+                # small models often copy part of the example: keep the items that are their own work
+                obj = scrub_copied(obj, copied)
+                if not _has_content(obj):
+                    raise ValueError(
+                        f"the answer repeats the example text ({copied[0]!r}) instead of describing the "
+                        "actual episodes and prompts"
+                    )
+            return parse(obj), raw, None, usage
+        except (ValueError, ValidationError, TypeError) as e:
+            err = _one_line(e)
         if attempt < retries:
             msgs = msgs + [
                 {"role": "assistant", "content": raw},
@@ -213,6 +218,21 @@ def call_json(
                 },
             ]
     return None, raw, err, usage
+
+
+def scrub_copied(obj: Any, copied: Sequence[str]) -> Any:
+    """``obj`` without the list items (at any depth) whose text contains one of the ``copied`` strings."""
+    if isinstance(obj, dict):
+        return {k: scrub_copied(v, copied) for k, v in obj.items()}
+    if isinstance(obj, list):
+        keep = [x for x in obj if not any(c in json.dumps(x, ensure_ascii=False) for c in copied)]
+        return [scrub_copied(x, copied) for x in keep]
+    return obj
+
+
+def _has_content(obj: Any) -> bool:
+    """True when a top-level list of the reply still holds at least one item."""
+    return isinstance(obj, dict) and any(isinstance(v, list) and v for v in obj.values())
 
 
 def _one_line(e: BaseException) -> str:

@@ -280,3 +280,24 @@ def test_a_reply_that_copies_the_template_example_is_asked_again():
         a = analyze(two_stage_prompts(), [episode(1, False)], scripted_gateway())
     assert a.ok and len(calls) == 2
     assert "repeats the example text" in calls[1][-1]["content"]
+
+
+def test_a_reply_that_copies_only_part_of_the_example_keeps_its_own_findings():
+    """Small local models copy one example item and fill the rest themselves: keep their own items."""
+    from promptevo.analyzer import build_analyzer_messages, example_strings, scrub_copied
+
+    msgs, _ = build_analyzer_messages(two_stage_prompts(), [episode(1, False)])
+    copied_text = sorted(example_strings(msgs[0]["content"]))[0]
+    partial = dict(GOOD_REPLY, failure_modes=[copied_text, "turns in circles near walls"])
+    calls = []
+
+    def responder(messages):
+        calls.append(messages)
+        return json.dumps(partial)
+
+    with ScriptedLLM.install(responder):
+        a = analyze(two_stage_prompts(), [episode(1, False)], scripted_gateway())
+    assert a.ok and len(calls) == 1
+    assert a.failure_modes == ["turns in circles near walls"]
+    assert a.attributions  # the model's own attributions survive
+    assert scrub_copied({"a": [copied_text]}, [copied_text]) == {"a": []}

@@ -160,5 +160,5 @@ def test_reply_examples_use_the_prompt_set_own_names():
 
     with ScriptedLLM.install(responder):
         res = propose_detailed(prompts(), ANALYSIS, scripted_gateway())
-    assert '"segment": "role"' in seen[0][0]["content"]  # first non-format segment of the actor
+    assert 'for example "role"' in seen[0][0]["content"]  # first non-format segment of the actor
     assert res.edits[0].op == "rewrite" and res.repaired and "appended" in res.repaired[0]["note"]
