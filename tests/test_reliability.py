@@ -33,7 +33,7 @@ from promptevo.agents import (
     parse_tagged_action,
 )
 from promptevo.cli import app
-from promptevo.envs.base import StepResult, TextEnv
+from doubles import FakeSeedEnv
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM, ScriptedReply, redact, redact_url
 from promptevo.rollout import (
     CLIP_MARKER,
@@ -57,34 +57,11 @@ def _no_backoff(monkeypatch):
     monkeypatch.setattr(llm_mod, "_backoff", lambda cfg, i: 0.0)
 
 
-class FaultEnv(TextEnv):
-    """Test double: obs 'seed S step T'; 'win' ends the episode with success, 'wait' does nothing."""
-
-    family = "fake"
+class FaultEnv(FakeSeedEnv):
+    """Test double: FakeSeedEnv with a 4-step limit."""
 
     def __init__(self, max_steps: int = 4):
-        self._max, self.seed, self.t, self._prog = max_steps, 0, 0, 0.0
-
-    valid_actions = property(lambda self: ["wait", "win"])  # type: ignore[assignment]
-    default_action = property(lambda self: "wait")  # type: ignore[assignment]
-    max_steps = property(lambda self: self._max)  # type: ignore[assignment]
-    mission = property(lambda self: f"win game {self.seed}")  # type: ignore[assignment]
-    progression = property(lambda self: self._prog)  # type: ignore[assignment]
-
-    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        self.seed, self.t, self._prog = seed, 0, 0.0
-        return f"seed {seed} step 0", {"mission": self.mission}
-
-    def step(self, action: str) -> StepResult:
-        self.t += 1
-        valid = action in self.valid_actions
-        won = action == "win"
-        self._prog = 1.0 if won else self._prog
-        return StepResult(f"seed {self.seed} step {self.t}", 1.0 if won else 0.0, won, self.t >= self._max,
-                          {"valid_action": valid, "executed_action": action if valid else "wait"})
-
-    def instructions(self) -> str:
-        return "rules"
+        super().__init__(max_steps)
 
 
 def _err(cls: type, msg: str) -> Exception:
