@@ -79,7 +79,40 @@ def summarize(results: Iterable[Any]) -> dict[str, Any]:
         "cached_calls": sum(int(_get(r, "cached_calls", 0) or 0) for r in rs),
         "errors": len(rs) - n,
         "mean_wall_s": mean([float(_get(r, "wall_s", 0.0)) for r in rs]),
+        "env_stats": aggregate_env_stats([_get(r, "env_stats", None) or {} for r in ok]),
     }
+
+
+def aggregate_env_stats(stats: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals and per-episode means of the envs' numeric statistics (booleans count as 0/1).
+
+    Lists of booleans (e.g. MAPF's ``per_agent_success``) become a per-index rate; ``None`` values and
+    text are skipped. An env without statistics gives ``{}``.
+    """
+    rows = [s for s in stats if s]
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    lists: dict[str, list[list[float]]] = {}
+    for row in rows:
+        for k, v in row.items():
+            if isinstance(v, (bool, int, float)) and not (isinstance(v, float) and math.isnan(v)):
+                totals[k] = totals.get(k, 0.0) + float(v)
+                counts[k] = counts.get(k, 0) + 1
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, (bool, int, float)) for x in v):
+                lists.setdefault(k, []).append([float(x) for x in v])
+    out: dict[str, Any] = {}
+    for k in sorted(totals):
+        out[k] = {"total": totals[k], "mean": totals[k] / counts[k], "n": counts[k]}
+    for k, vals in sorted(lists.items()):
+        width = max(len(v) for v in vals)
+        out[k] = {
+            "rate_by_index": [
+                sum(v[i] for v in vals if i < len(v)) / max(1, sum(1 for v in vals if i < len(v)))
+                for i in range(width)
+            ],
+            "n": len(vals),
+        }
+    return out
 
 
 def summarize_by_task(results: Iterable[Any]) -> dict[str, dict[str, Any]]:

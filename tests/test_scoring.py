@@ -103,3 +103,21 @@ def test_by_seed_skips_errors():
     rs = [ep(1, True), ep(2, False), ep(3, True, error="x")]
     assert by_seed(rs) == {1: 1.0, 2: 0.0}
     assert by_seed(rs, "return") == {1: 0.5, 2: 0.0}
+
+
+def test_env_stats_are_aggregated_into_the_summary():
+    from promptevo.scoring import aggregate_env_stats, summarize
+
+    eps = [
+        {"success": True, "steps": 5, "env_stats": {"collisions": 2, "hole_falls": 0, "timeout": False,
+                                                    "per_agent_success": [True, True], "solver_method": "cbs",
+                                                    "optimality_ratio": None}},
+        {"success": False, "steps": 9, "env_stats": {"collisions": 1, "hole_falls": 1, "timeout": True,
+                                                     "per_agent_success": [True, False]}},
+    ]
+    agg = summarize(eps)["env_stats"]
+    assert agg["collisions"] == {"total": 3.0, "mean": 1.5, "n": 2}
+    assert agg["timeout"]["total"] == 1.0 and agg["hole_falls"]["mean"] == 0.5
+    assert agg["per_agent_success"] == {"rate_by_index": [1.0, 0.5], "n": 2}
+    assert "solver_method" not in agg and "optimality_ratio" not in agg
+    assert aggregate_env_stats([{}, {}]) == {}
