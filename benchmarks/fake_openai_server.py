@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 HOST = "127.0.0.1"
 DEFAULT_REPLY = "I will move on.\n<|ACTION|>go forward<|END|>"
@@ -37,7 +37,9 @@ def completion_body(reply: str, model: str, prompt_chars: int) -> dict[str, Any]
     }
 
 
-def make_handler(delay: float, reply: str, counter: list[int]) -> type[BaseHTTPRequestHandler]:
+def make_handler(delay: float, reply: "str | Callable[[list[dict]], str]",
+                 counter: list[int]) -> type[BaseHTTPRequestHandler]:
+    """``reply`` is a fixed text or a function of the request's messages (scripted test double)."""
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -69,7 +71,8 @@ def make_handler(delay: float, reply: str, counter: list[int]) -> type[BaseHTTPR
                 return
             try:
                 req = json.loads(raw or b"{}")
-                prompt_chars = sum(len(str(m.get("content") or "")) for m in req.get("messages") or [])
+                messages = list(req.get("messages") or [])
+                prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
                 model = str(req.get("model") or "fake")
             except (json.JSONDecodeError, AttributeError, TypeError):
                 self._send(400, {"error": {"message": "bad json", "type": "invalid_request_error"}})
@@ -77,7 +80,8 @@ def make_handler(delay: float, reply: str, counter: list[int]) -> type[BaseHTTPR
             time.sleep(delay)
             with lock:
                 counter[0] += 1
-            self._send(200, completion_body(reply, model, prompt_chars))
+            text = reply(messages) if callable(reply) else reply
+            self._send(200, completion_body(text, model, prompt_chars))
 
     return Handler
 
@@ -85,7 +89,8 @@ def make_handler(delay: float, reply: str, counter: list[int]) -> type[BaseHTTPR
 class FakeOpenAIServer:
     """In-process server on 127.0.0.1 (daemon thread); stops on ``stop()`` or after ``max_seconds``."""
 
-    def __init__(self, delay: float = 0.1, reply: str = DEFAULT_REPLY, max_seconds: float = 300.0):
+    def __init__(self, delay: float = 0.1, reply: "str | Callable[[list[dict]], str]" = DEFAULT_REPLY,
+                 max_seconds: float = 300.0):
         self.requests = [0]
         self.httpd = ThreadingHTTPServer((HOST, 0), make_handler(delay, reply, self.requests))
         self.httpd.daemon_threads = True
