@@ -112,6 +112,14 @@ IDENTITY_FIELDS = ("task", "agent", "init", "prompts", "model", "seed", "episode
                    "fresh_train_seeds", "metric", "max_steps", "agent_max_tokens")
 
 
+def resolve_run_dir(run: str, results_dir: str = "results") -> Path:
+    """A run folder given as a path, or as a run name under ``results_dir`` (command-line convenience)."""
+    run_dir = Path(run)
+    if not (run_dir / CHECKPOINT).exists() and (Path(results_dir) / run / CHECKPOINT).exists():
+        run_dir = Path(results_dir) / run
+    return run_dir
+
+
 def load_run_config(run_dir: str | Path) -> EvolveConfig:
     """The config stored in a run's checkpoint (for ``--resume RUN`` with overrides)."""
     return EvolveConfig.model_validate(_read_checkpoint(Path(run_dir))["config"])

@@ -29,6 +29,7 @@ from promptevo.evolve import (
     _read_checkpoint,
     _State,
     lineage,
+    resolve_run_dir,
     summarize_scores,
 )
 from promptevo.segments import PromptSet, diff_prompts
@@ -163,9 +164,7 @@ def cli_main(args: list[str]) -> int:
         ns = p.parse_args(list(args))
     except SystemExit as e:
         return int(e.code or 0)
-    run_dir = Path(ns.run)
-    if not (run_dir / CHECKPOINT).exists() and (Path(ns.results_dir) / ns.run / CHECKPOINT).exists():
-        run_dir = Path(ns.results_dir) / ns.run
+    run_dir = resolve_run_dir(ns.run, ns.results_dir)
     try:
         paths = export_run(run_dir, ns.out)
     except EvolveError as e:

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from promptevo.evolve import CHECKPOINT, EvolveError, _atomic_write, summarize_scores
+from promptevo.evolve import CHECKPOINT, EvolveError, _atomic_write, resolve_run_dir, summarize_scores
 from promptevo.segments import PromptSet, diff_prompts
 
 REPORT_HTML = "report.html"
@@ -675,9 +675,7 @@ def cli_main(args: list[str]) -> int:
         ns = p.parse_args(list(args))
     except SystemExit as e:
         return int(e.code or 0)
-    run_dir = Path(ns.run)
-    if not (run_dir / CHECKPOINT).exists() and (Path(ns.results_dir) / ns.run / CHECKPOINT).exists():
-        run_dir = Path(ns.results_dir) / ns.run
+    run_dir = resolve_run_dir(ns.run, ns.results_dir)
     try:
         path = write_html(run_dir)
     except (EvolveError, OSError) as e:
