@@ -909,23 +909,26 @@ class Gateway:
                     response = litellm.completion(**kw)
                     latency = time.perf_counter() - start
                 result = self._to_completion(response, latency)
-            except Exception as exc:  # noqa: BLE001 - classified below
-                if (isinstance(exc, _EmptyReply) or _is_transient(exc)) and attempt + 1 < attempts:
-                    self.usage.record_retry(role, fault_kind(exc))
-                    delay = _backoff(self.config, attempt)
-                    log.info("LLM %s (role %s): %s; retry %d/%d in %.2fs", self.config.model,
-                             role, self._clean(exc) if not isinstance(
-                                 exc, _EmptyReply) else "empty reply", attempt + 1,
-                             attempts - 1, delay)
-                    time.sleep(delay)
-                    continue
-                self.usage.record_error(role, fault_kind(exc))
-                raise self._fail(exc, role, attempt + 1) from (
-                    None if isinstance(exc, _EmptyReply) else exc)
+            except Exception as exc:  # noqa: BLE001 - classified in _retry_delay
+                time.sleep(self._retry_delay(exc, role, attempt, attempts))
+                continue
             self._store(key, result)
             self.usage.record(role, result)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _retry_delay(self, exc: Exception, role: str, attempt: int, attempts: int) -> float:
+        """Seconds to wait before retrying a failed call, counted as a retry; or, for a permanent error
+        or the last attempt, count the error and raise the one-line LLMError for it."""
+        if (isinstance(exc, _EmptyReply) or _is_transient(exc)) and attempt + 1 < attempts:
+            self.usage.record_retry(role, fault_kind(exc))
+            delay = _backoff(self.config, attempt)
+            log.info("LLM %s (role %s): %s; retry %d/%d in %.2fs", self.config.model, role,
+                     "empty reply" if isinstance(exc, _EmptyReply) else self._clean(exc),
+                     attempt + 1, attempts - 1, delay)
+            return delay
+        self.usage.record_error(role, fault_kind(exc))
+        raise self._fail(exc, role, attempt + 1) from (None if isinstance(exc, _EmptyReply) else exc)
 
     def _async_sem(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -957,14 +960,9 @@ class Gateway:
                     response = await litellm.acompletion(**kw)
                     latency = time.perf_counter() - start
                 result = self._to_completion(response, latency)
-            except Exception as exc:  # noqa: BLE001 - classified below
-                if (isinstance(exc, _EmptyReply) or _is_transient(exc)) and attempt + 1 < attempts:
-                    self.usage.record_retry(role, fault_kind(exc))
-                    await asyncio.sleep(_backoff(self.config, attempt))
-                    continue
-                self.usage.record_error(role, fault_kind(exc))
-                raise self._fail(exc, role, attempt + 1) from (
-                    None if isinstance(exc, _EmptyReply) else exc)
+            except Exception as exc:  # noqa: BLE001 - classified in _retry_delay
+                await asyncio.sleep(self._retry_delay(exc, role, attempt, attempts))
+                continue
             self._store(key, result)
             self.usage.record(role, result)
             return result
