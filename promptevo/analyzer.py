@@ -9,7 +9,9 @@ message, then returned as an :class:`Analysis` with ``ok=False`` and the raw tex
 same seeds with one segment removed and reports the change in success and return.
 
 The optimizer's own prompt templates are data, in ``prompts/optimizer/*.md`` (PromptSet markdown with a
-``system`` and a ``user`` segment; ``${name}`` placeholders).
+``system`` and a ``user`` segment, optionally more sections such as the analyzer's ``episodes`` and
+``evidence``; ``${name}`` placeholders). With ``analyze(..., evidence=...)`` the analyzer reads evidence
+cards (:mod:`promptevo.cards`) instead of raw trajectories.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from promptevo.segments import PromptSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptevo.cards import CardSet
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prompts" / "optimizer"
 
@@ -45,6 +50,15 @@ def load_template(name: str, path: str | Path | None = None) -> tuple[str, str]:
     if system is None or user is None:
         raise TemplateError(f"{p}: template needs '## system' and '## user' segments (have {mod.names})")
     return system, user
+
+
+def load_template_segment(name: str, segment: str, path: str | Path | None = None) -> str | None:
+    """Text of an extra segment (besides system/user) of an optimizer template, or None when absent."""
+    p = Path(path) if path is not None else TEMPLATE_DIR / f"{name}.md"
+    if not p.exists():
+        raise TemplateError(f"optimizer template not found: {p}")
+    ps = PromptSet.load(p)
+    return ps.module(ps.module_names[0]).get(segment)
 
 
 def render_template(text: str, **values: Any) -> str:
@@ -495,9 +509,15 @@ def build_analyzer_messages(
     max_trajectories: int = 6,
     max_steps_shown: int = 30,
     template_path: str | Path | None = None,
+    evidence: "str | CardSet | None" = None,
 ) -> tuple[list[dict], list[int]]:
+    """(messages, seeds covered) of the analyzer call.
+
+    By default the user message shows raw trajectories of :func:`select_episodes`. With ``evidence``
+    (the text of :meth:`promptevo.cards.CardSet.render`, or a CardSet) the episodes section is replaced
+    by those evidence cards, and the seeds covered are all seeds of ``results``.
+    """
     system_t, user_t = load_template("analyzer", template_path)
-    picked = select_episodes(results, max_trajectories)
     ex_mod, ex_seg = example_target(prompts)
     values = {
         "example_module": ex_mod,
@@ -505,14 +525,31 @@ def build_analyzer_messages(
         "env_instructions": env_instructions.strip() or "(not given)",
         "prompt_segments": render_prompt_segments(prompts),
         "history": render_history(history),
-        "trajectories": "\n\n".join(render_episode(r, max_steps_shown=max_steps_shown) for r in picked),
         "stats": _stats_line(results),
     }
+    if evidence is not None:
+        text = evidence if isinstance(evidence, str) else evidence.render()
+        section_t = load_template_segment("analyzer", "evidence", template_path) or _DEFAULT_EVIDENCE_SECTION
+        values["trajectories"] = text.strip()  # templates without an evidence section get the cards there
+        values["episodes_section"] = render_template(section_t, evidence=text.strip())
+        seeds = sorted({int(_get(r, "seed", -1)) for r in results})
+    else:
+        picked = select_episodes(results, max_trajectories)
+        values["trajectories"] = "\n\n".join(render_episode(r, max_steps_shown=max_steps_shown) for r in picked)
+        section_t = load_template_segment("analyzer", "episodes", template_path) or "Episodes:\n\n${trajectories}"
+        values["episodes_section"] = render_template(section_t, trajectories=values["trajectories"])
+        seeds = [int(_get(r, "seed", -1)) for r in picked]
     msgs = [
         {"role": "system", "content": render_template(system_t, **values)},
         {"role": "user", "content": render_template(user_t, **values)},
     ]
-    return msgs, [int(_get(r, "seed", -1)) for r in picked]
+    return msgs, seeds
+
+
+_DEFAULT_EVIDENCE_SECTION = (
+    "Evidence cards (each summarizes a group of episodes with the same outcome; cite the S<seed>.<step> "
+    "references they give):\n\n${evidence}"
+)
 
 
 def _check_against_prompts(reply: AnalysisReply, prompts: PromptSet) -> tuple[AnalysisReply, list[str]]:
@@ -557,9 +594,14 @@ def analyze(
     seed: int | None = None,
     template_path: str | Path | None = None,
     constrained: bool | None = None,
+    evidence: "str | CardSet | None" = None,
 ) -> Analysis:
     """Diagnose ``results`` (episodes played with ``prompts``) with the optimizer LLM; never raises on
-    a malformed reply (returns ``ok=False`` with the raw text)."""
+    a malformed reply (returns ``ok=False`` with the raw text).
+
+    ``evidence``: evidence-card text (:func:`promptevo.cards.build_cards` then ``.render()``; a CardSet
+    is rendered here) shown instead of the raw trajectories, to cut the analyzer's prompt tokens.
+    """
     if not results:
         return Analysis(ok=False, error="no episodes to analyse", prompt_fingerprint=prompts.fingerprint())
     msgs, seeds = build_analyzer_messages(
@@ -570,6 +612,7 @@ def analyze(
         max_trajectories=max_trajectories,
         max_steps_shown=max_steps_shown,
         template_path=template_path,
+        evidence=evidence,
     )
     parsed, raw, err, usage = call_json(
         gateway,
