@@ -74,9 +74,10 @@ class Proposals:
     raw: str = ""
     error: str | None = None
     usage: dict = field(default_factory=dict)
+    fallbacks: list[dict] = field(default_factory=list)  # {"edit": {...}, "note": str}: not from the LLM
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "edits": [e.to_dict() for e in self.edits],
             "rejected": self.rejected,
             "repaired": self.repaired,
@@ -84,6 +85,9 @@ class Proposals:
             "error": self.error,
             "usage": self.usage,
         }
+        if self.fallbacks:  # only pruning fills this; the mutator's record keeps its shape
+            out["fallbacks"] = self.fallbacks
+        return out
 
 
 def check_edit(
@@ -168,6 +172,19 @@ def render_full_prompts(prompts: PromptSet) -> str:
     return "\n".join(out).strip()
 
 
+#: Heading of the optional skills section of the mutator's user message.
+SKILLS_HEADING = (
+    "Reusable skills learned on other tasks (you may insert one as an 'add' edit if the diagnosis fits):"
+)
+
+
+def skills_section(skills: str | None) -> str:
+    """Text for the template's ``${skills_section}`` placeholder: '' when there are no skills, so the
+    rendered messages are then exactly those of a template without the section."""
+    text = (skills or "").strip()
+    return f"\n\n{SKILLS_HEADING}\n\n{text}" if text else ""
+
+
 def build_mutator_messages(
     prompts: PromptSet,
     analysis: Analysis | None,
@@ -176,7 +193,10 @@ def build_mutator_messages(
     history: Iterable[dict] | None,
     env_instructions: str = "",
     template_path: str | Path | None = None,
+    skills: str | None = None,
 ) -> list[dict]:
+    """System and user messages of one mutation call; ``skills`` (reusable rules learned on other
+    tasks) adds a section after the history when non-empty."""
     system_t, user_t = load_template("mutator", template_path)
     ex_mod, ex_seg = example_target(prompts)
     values = {
@@ -187,6 +207,7 @@ def build_mutator_messages(
         "prompt_full": render_full_prompts(prompts),
         "analysis": analysis.summary_text() if analysis is not None else "(no diagnosis available)",
         "history": render_history(history),
+        "skills_section": skills_section(skills),
     }
     return [
         {"role": "system", "content": render_template(system_t, **values)},
@@ -208,12 +229,14 @@ def propose_detailed(
     seed: int | None = None,
     template_path: str | Path | None = None,
     constrained: bool | None = None,
+    skills: str | None = None,
 ) -> Proposals:
     """Like :func:`propose` but also returns the rejected edits with reasons, the raw reply and usage."""
     history = list(history or [])
     tried_set = set(tried)
     msgs = build_mutator_messages(
-        prompts, analysis, n=n, history=history, env_instructions=env_instructions, template_path=template_path
+        prompts, analysis, n=n, history=history, env_instructions=env_instructions, template_path=template_path,
+        skills=skills,
     )
     state: dict[str, Any] = {}
 
@@ -270,6 +293,7 @@ def propose(
     n: int = 3,
     history: Sequence[dict] | None = None,
     tried: Iterable[str] = (),
+    skills: str | None = None,
     **kw: Any,
 ) -> list[Edit]:
     """Up to ``n`` validated edits of ``prompts`` suggested by the optimizer LLM (may be empty).
@@ -277,5 +301,6 @@ def propose(
     ``history`` is the hereditary context: dicts ``{"generation", "edit": Edit.to_dict(), "outcome",
     "train_diff"}`` of earlier attempts (the last 10 are shown). ``tried`` holds fingerprints of
     candidates already evaluated; children equal to one of them (or to the parent) are rejected.
+    ``skills``: reusable rules learned on other tasks, shown to the optimizer as insertable ideas.
     """
-    return propose_detailed(prompts, analysis, gateway, n=n, history=history, tried=tried, **kw).edits
+    return propose_detailed(prompts, analysis, gateway, n=n, history=history, tried=tried, skills=skills, **kw).edits

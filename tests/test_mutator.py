@@ -162,3 +162,32 @@ def test_reply_examples_use_the_prompt_set_own_names():
         res = propose_detailed(prompts(), ANALYSIS, scripted_gateway())
     assert 'for example "role"' in seen[0][0]["content"]  # first non-format segment of the actor
     assert res.edits[0].op == "rewrite" and res.repaired and "appended" in res.repaired[0]["note"]
+
+
+def test_skills_section_only_when_skills_are_given():
+    from promptevo.mutator import SKILLS_HEADING, build_mutator_messages
+
+    ps = prompts()
+    plain = build_mutator_messages(ps, ANALYSIS, n=2, history=None)
+    for empty in (None, "", "  \n"):
+        assert build_mutator_messages(ps, ANALYSIS, n=2, history=None, skills=empty) == plain
+    assert "Reusable skills" not in plain[1]["content"] and "${skills_section}" not in plain[1]["content"]
+    skill = "- Before pick up, turn until the object is at '1 step forward'."
+    with_skills = build_mutator_messages(ps, ANALYSIS, n=2, history=None, skills=skill)
+    assert with_skills[0] == plain[0]  # the system message does not change
+    user = with_skills[1]["content"]
+    assert SKILLS_HEADING.startswith("Reusable skills learned on other tasks (you may insert one as an 'add' edit")
+    assert f"(none yet)\n\n{SKILLS_HEADING}\n\n{skill}\n\nPropose 2 different edits" in user
+    assert user.replace(f"\n\n{SKILLS_HEADING}\n\n{skill}", "") == plain[1]["content"]
+
+    seen = []
+
+    def responder(messages):
+        seen.append(messages)
+        return json.dumps({"edits": [{"module": "actor", "op": "add", "segment": "facing", "text": skill[2:]}]})
+
+    with ScriptedLLM.install(responder):
+        edits = propose(ps, ANALYSIS, scripted_gateway(), n=1, skills=skill)
+        propose_detailed(ps, ANALYSIS, scripted_gateway(), n=1)
+    assert [e.describe() for e in edits] == ["add actor.facing"]
+    assert skill in seen[0][1]["content"] and SKILLS_HEADING not in seen[1][1]["content"]
