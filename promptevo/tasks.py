@@ -11,7 +11,11 @@ A task is a small TOML file in ``tasks/`` (one file per task, the file stem is t
     heldout_seeds = { start = 100000, count = 1000 }
 
 MAPF tasks name a preset instead of a goal (``mapf_preset = "easy"``); the preset file
-``tasks/mapf/<preset>.toml`` belongs to :mod:`promptevo.envs.mapf`.
+``tasks/mapf/<preset>.toml`` belongs to :mod:`promptevo.envs.mapf`. A MAPF task may also carry an inline
+``[mapf_config]`` table of generator knobs merged over the preset (``rows = 4``, ``slip_prob = 0.1``, ...;
+the fields of :class:`promptevo.envs.mapf.MAPFConfig`); :func:`mapf_config_for` gives the effective config
+and :func:`with_mapf_config` returns a task whose environment is exactly a given config (used by the
+curriculum of :mod:`promptevo.engineer`).
 
 Seeds (fixed, documented, so every run is reproducible):
 
@@ -34,11 +38,14 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from promptevo.envs.base import TextEnv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptevo.envs.mapf import MAPFConfig
 
 #: The five BALROG BabyAI goals (mirrors ``promptevo.envs.babyai.BABYAI_GOALS``; kept here so task files
 #: can be validated without importing minigrid).
@@ -78,11 +85,34 @@ class TaskConfig(BaseModel):
     goal: str | None = None  # babyai
     num_dists: int = Field(default=0, ge=0)  # babyai distractors (BALROG: 0)
     mapf_preset: str | None = None  # mapf
+    mapf_config: dict[str, Any] | None = None  # mapf: generator knobs merged over the preset
     max_steps: int | None = Field(default=None, ge=1)
     train_seeds: list[int] | SeedRange = Field(default_factory=lambda: SeedRange(**DEFAULT_TRAIN))
     heldout_seeds: list[int] | SeedRange = Field(default_factory=lambda: SeedRange(**DEFAULT_HELDOUT))
     episodes: int = Field(default=10, ge=1)
     description: str = ""
+
+    @field_validator("mapf_config", mode="after")
+    @classmethod
+    def _check_mapf_config(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from promptevo.envs.mapf import MAPFConfig, MAPFConfigError, load_mapf_preset, make_mapf_config
+
+        unknown = [k for k in value if k not in MAPFConfig.model_fields]
+        if unknown:
+            raise ValueError(f"unknown MAPF knob {unknown[0]!r} (valid knobs: {', '.join(MAPFConfig.model_fields)})")
+        preset = info.data.get("mapf_preset")
+        if info.data.get("family") == "mapf" and preset:
+            try:
+                base = load_mapf_preset(preset)
+            except MAPFConfigError:
+                return dict(value)  # the preset itself is reported by load_task_file / make_env
+            try:
+                make_mapf_config({**base.model_dump(), **value}, f"{preset!r} + mapf_config")
+            except MAPFConfigError as e:
+                raise ValueError(str(e)) from None
+        return dict(value)
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
@@ -91,6 +121,8 @@ class TaskConfig(BaseModel):
                 raise ValueError(f"goal must be one of {', '.join(BABYAI_GOAL_NAMES)} (got {self.goal!r})")
             if self.mapf_preset is not None:
                 raise ValueError("mapf_preset is only for family 'mapf'")
+            if self.mapf_config is not None:
+                raise ValueError("mapf_config is only for family 'mapf'")
         else:
             if not self.mapf_preset:
                 raise ValueError("family 'mapf' needs mapf_preset (a preset name in tasks/mapf/)")
@@ -170,6 +202,10 @@ def load_task_file(path: str | Path) -> TaskConfig:
             load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
         except MAPFConfigError as e:
             raise TaskError(f"{path}: field mapf_preset: {e}") from None
+        try:
+            mapf_config_for(task)
+        except MAPFConfigError as e:
+            raise TaskError(f"{path}: field mapf_config: {e}") from None
     return task
 
 
@@ -195,6 +231,39 @@ def make_env(task: TaskConfig) -> TextEnv:
         from promptevo.envs.babyai import BabyAITextEnv
 
         return BabyAITextEnv(task.goal, num_dists=task.num_dists)
-    from promptevo.envs.mapf import MAPFFrozenLakeEnv, load_mapf_preset
+    from promptevo.envs.mapf import MAPFFrozenLakeEnv
 
-    return MAPFFrozenLakeEnv(load_mapf_preset(task.mapf_preset))
+    return MAPFFrozenLakeEnv(mapf_config_for(task))
+
+
+def mapf_config_for(task: TaskConfig) -> "MAPFConfig":
+    """The effective MAPF generator config of a MAPF task: its preset with ``mapf_config`` merged over it.
+
+    Raises :class:`TaskError` for a non-MAPF task and ``MAPFConfigError`` (one line) for a bad preset or
+    bad knobs.
+    """
+    if task.family != "mapf":
+        raise TaskError(f"task {task.name!r} is a {task.family} task, not a MAPF task")
+    from promptevo.envs.mapf import load_mapf_preset, make_mapf_config
+
+    base = load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
+    if not task.mapf_config:
+        return base
+    return make_mapf_config({**base.model_dump(), **task.mapf_config}, f"{task.mapf_preset!r} + mapf_config")
+
+
+def with_mapf_config(task: TaskConfig, config: "MAPFConfig") -> TaskConfig:
+    """A copy of MAPF ``task`` whose environment is generated from ``config`` (all knobs, preset kept as
+    the named base). Names, seeds, episodes and ``max_steps`` of the task are unchanged."""
+    from promptevo.envs.mapf import MAPFConfig
+
+    if task.family != "mapf":
+        raise TaskError(f"task {task.name!r} is a {task.family} task; only MAPF tasks take a MAPF config")
+    if not isinstance(config, MAPFConfig):
+        raise TypeError(f"config must be a MAPFConfig, not {type(config).__name__}")
+    data = task.model_dump()
+    data["mapf_config"] = config.model_dump()
+    try:
+        return TaskConfig(**data)
+    except ValidationError as e:
+        raise TaskError(f"task {task.name!r}: {_first_error_line(e)}") from None

@@ -1,0 +1,417 @@
+"""Tests of the LLM environment engineer and the MAPF curriculum (promptevo.engineer), and of the inline
+MAPF config override of tasks (promptevo.tasks).
+
+Test doubles (all LLM calls go to ``fake/scripted`` through :class:`ScriptedLLM`; calls are told apart by
+their system message):
+* descriptor: echoes the observation;
+* actor (MAPF, one agent): walks greedily toward its goal; only when its prompt contains SAFETY_RULE does
+  it skip moves into a HOLE, wall or edge (so the rule turns "fell in hole" failures into successes);
+* analyzer: a fixed diagnosis; mutator: adds SAFETY_RULE while it is absent, else a harmless tip;
+* engineer: whatever the test sets in ``Script.engineer``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptevo.engineer import (
+    DEFAULT_BOUNDS,
+    FAILURE_CAUSES,
+    Bounds,
+    apply_changes,
+    classify_episode,
+    cli_main,
+    curriculum_args,
+    failure_report,
+    propose_config,
+    render_report,
+    run_curriculum,
+)
+from promptevo.envs.mapf import MAPFConfig, load_mapf_preset
+from promptevo.evolve import EvolveConfig, EvolveError
+from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
+from promptevo.segments import PromptSet
+from promptevo.tasks import TaskConfig, TaskError, load_task, load_task_file, make_env, mapf_config_for, with_mapf_config
+
+SAFETY_RULE = "Never step onto a HOLE, a wall or the edge."
+
+# -- scripted LLM --------------------------------------------------------------------------------------
+
+_AGENT_LINE = re.compile(r"agent 1: at \((\d+),(\d+)\), goal a at \((\d+),(\d+)\); next to it: (.*)")
+
+
+def actor_reply(system: str, user: str) -> str:
+    m = _AGENT_LINE.search(user)
+    if not m:
+        return "<|ACTION|>stay<|END|>"
+    r, c, gr, gc = (int(x) for x in m.groups()[:4])
+    around = dict(part.strip().split(" ", 1) for part in m.group(5).split(","))
+    wanted = ([("down" if gr > r else "up")] if gr != r else []) + ([("right" if gc > c else "left")] if gc != c else [])
+    if SAFETY_RULE.lower() in system.lower():
+        safe = [mv for mv in wanted if around.get(mv) in ("ice", "goal a")]
+        others = [mv for mv in ("up", "down", "left", "right") if around.get(mv) in ("ice", "goal a")]
+        move = (safe or others or ["stay"])[0]
+    else:
+        move = wanted[0] if wanted else "stay"
+    return f"<|ACTION|>{move}<|END|>"
+
+
+class Script:
+    """The scripted LLM; records the engineer's prompts and counts calls per kind."""
+
+    def __init__(self, engineer: Any = None):
+        self.engineer = engineer if engineer is not None else {"changes": {}, "rationale": "keep"}
+        self.engineer_prompts: list[list[dict]] = []
+        self.calls = {"engineer": 0, "analyzer": 0, "mutator": 0, "agent": 0}
+
+    def __call__(self, messages: list[dict], params: dict) -> str:
+        system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+        user = messages[-1]["content"]
+        if "environment engineer" in system:
+            self.calls["engineer"] += 1
+            self.engineer_prompts.append(messages)
+            e = self.engineer
+            return e if isinstance(e, str) else "```json\n" + json.dumps(e) + "\n```"
+        if '"edits"' in system:
+            self.calls["mutator"] += 1
+            if SAFETY_RULE in user:
+                edit = {"module": "actor", "op": "add", "segment": "tips", "text": "Go straight to the goal.",
+                        "rationale": "shorter paths"}
+            else:
+                edit = {"module": "actor", "op": "add", "segment": "safety", "text": SAFETY_RULE,
+                        "rationale": "agents walk into holes"}
+            return json.dumps({"edits": [edit]})
+        if '"attributions"' in system:
+            self.calls["analyzer"] += 1
+            return json.dumps({"attributions": [], "failure_modes": ["walks into holes"], "proposals": []})
+        self.calls["agent"] += 1
+        if system.startswith("You describe"):
+            return user.split("Observation:\n", 1)[-1]
+        return actor_reply(system, user)
+
+
+def gateway() -> Gateway:
+    return Gateway(LLMConfig(model="fake/scripted", cache_dir=None, num_retries=0))
+
+
+#: stage-1 map of the curriculum tests: 4x4, one agent, a quarter of the cells are holes. On the first four
+#: held-out seeds the greedy actor falls into a hole 3 times; with the safety rule it wins 3 and runs out of
+#: steps once (the harness stops episodes after max_steps=6 of base_config).
+START_TOML = ('family = "mapf"\nmapf_preset = "single"\n'
+              '[mapf_config]\nname = "start"\nhole_density = 0.25\nmin_goal_distance = 3\nmax_steps = 8\n')
+
+
+def start_task(tmp_path: Path) -> TaskConfig:
+    path = tmp_path / "start.toml"
+    path.write_text(START_TOML)
+    return load_task_file(path)
+
+
+def base_config(tmp_path: Path, **kw: Any) -> EvolveConfig:
+    d = dict(task="mapf-single", agent="two-stage", model="fake/scripted", generations=1, episodes=2,
+             heldout_episodes=4, children=1, accept_rule="always", promote_margin=-0.5, max_steps=6,
+             concurrency=2, baseline=None, no_cache=True, results_dir=str(tmp_path), run="cur")
+    d.update(kw)
+    return EvolveConfig(**d)
+
+
+def curriculum(tmp_path: Path, script: Script, **kw: Any):
+    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in EvolveConfig.model_fields and not isinstance(kw[k], TaskConfig)}
+    with ScriptedLLM.install(script):
+        return run_curriculum(base_config(tmp_path, **cfg_kw), agent_gateway=gateway(),
+                              optimizer_gateway=gateway(), quiet=True, **kw)
+
+
+# -- tasks: inline MAPF config ---------------------------------------------------------------------------
+
+
+def test_task_mapf_config_is_merged_over_the_preset(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text('family = "mapf"\nmapf_preset = "easy"\n[mapf_config]\nrows = 4\nn_agents = 1\nslip_prob = 0.1\n')
+    task = load_task_file(path)
+    cfg = mapf_config_for(task)
+    easy = load_mapf_preset("easy")
+    assert (cfg.rows, cfg.n_agents, cfg.slip_prob) == (4, 1, 0.1)
+    assert (cfg.cols, cfg.hole_density, cfg.max_steps) == (easy.cols, easy.hole_density, easy.max_steps)
+    env = make_env(task)
+    obs, _ = env.reset(0)
+    assert env.config.rows == 4 and "grid of 4 rows x 5 columns" in env.instructions()
+    # existing task files are unchanged: no override, the preset itself
+    assert load_task("mapf-easy").mapf_config is None and mapf_config_for(load_task("mapf-easy")) == easy
+    # with_mapf_config: the env is exactly the given config; names and seeds are kept
+    tiny = MAPFConfig(rows=3, cols=3, n_agents=1, hole_density=0.0, max_steps=9)
+    t2 = with_mapf_config(load_task("mapf-easy"), tiny)
+    assert mapf_config_for(t2) == tiny and make_env(t2).config == tiny
+    assert t2.name == "mapf-easy" and t2.seed_list("heldout") == load_task("mapf-easy").seed_list("heldout")
+    with pytest.raises(TaskError, match="babyai"):
+        with_mapf_config(load_task("goto"), tiny)
+
+
+@pytest.mark.parametrize("body, needles", [
+    ("[mapf_config]\ncolour = 1\n", ["field mapf_config", "unknown MAPF knob 'colour'"]),
+    ("[mapf_config]\nrows = \"big\"\n", ["field mapf_config", "rows"]),
+    ("[mapf_config]\nhole_density = 0.5\nwall_density = 0.5\n", ["field mapf_config", "exceeds 0.75"]),
+])
+def test_bad_mapf_config_is_one_clear_line(tmp_path, body, needles):
+    path = tmp_path / "bad.toml"
+    path.write_text('family = "mapf"\nmapf_preset = "easy"\n' + body)
+    with pytest.raises(TaskError) as ei:
+        load_task_file(path)
+    msg = str(ei.value)
+    assert "\n" not in msg and "bad.toml" in msg
+    for n in needles:
+        assert n in msg, msg
+    with pytest.raises(ValueError, match="only for family 'mapf'"):
+        TaskConfig(name="x", family="babyai", goal="goto", mapf_config={"rows": 3})
+
+
+# -- failure report ------------------------------------------------------------------------------------
+
+
+def _ep(seed: int, *, success: bool = False, steps: int = 8, prog: float = 0.0, traj: list | None = None,
+        error: str | None = None, **stats: Any) -> dict:
+    env_stats = {"n_agents": 2, "hole_falls": 0, "collisions": 0, "wall_bumps": 0, "slips": 0,
+                 "timeout": False, "solver_makespan": 4, "optimality_ratio": None, **stats}
+    return {"seed": seed, "success": success, "progression": prog, "steps": steps, "return": prog,
+            "env_stats": env_stats, "trajectory": traj or [], "error": error, "invalid_actions": 0,
+            "parse_failures": 0, "truncated": False}
+
+
+def _steps(n: int, bad: int = 0, event: str | None = None) -> list[dict]:
+    out = []
+    for t in range(n):
+        obs = "Step %d.\n" % t + (f"Last step: {event}.\n" if event and t == n - 1 else "") + "Map ..."
+        out.append({"t": t, "observation": obs, "parsed": t >= bad, "valid": t >= bad})
+    return out
+
+
+def test_failure_report_counts_causes_and_events():
+    cfg = load_mapf_preset("easy")
+    eps = [
+        _ep(1, success=True, steps=5, prog=1.0, optimality_ratio=1.25),
+        _ep(2, steps=3, prog=0.5, hole_falls=1, collisions=1,
+            traj=_steps(3, event="agent 2 fell into the hole at (1,1) and is out of the game")),
+        _ep(3, traj=_steps(8, bad=3), timeout=True),  # 3 of 8 steps unreadable -> invalid actions
+        _ep(4, collisions=4, timeout=True, prog=0.5),  # half the steps blocked by collisions
+        _ep(5, collisions=1, timeout=True),  # one collision only: a plain timeout
+        _ep(6, steps=2, error="LLMError: boom"),
+    ]
+    rep = failure_report(eps, cfg)
+    assert rep["n"] == 6 and rep["successes"] == 1 and rep["success_rate"] == pytest.approx(1 / 6)
+    assert rep["mean_progression"] == pytest.approx(2 / 6)
+    assert rep["failure_causes"] == {"fell_in_hole": 1, "invalid_actions": 1, "collisions": 1, "timeout": 1, "other": 1}
+    assert sum(rep["failure_causes"].values()) == rep["failures"] == 5
+    ev = rep["events"]
+    assert (ev["invalid_actions"], ev["episodes_with_invalid_actions"], ev["hole_falls"]) == (3, 1, 1)
+    assert (ev["collisions"], ev["timeouts"], ev["aborted"]) == (6, 3, 1)
+    assert rep["per_size"] == {"5x5, 2 agents": {"n": 6, "successes": 1, "success_rate": pytest.approx(1 / 6),
+                                                 "mean_progression": pytest.approx(2 / 6),
+                                                 "failure_causes": {c: 1 for c in FAILURE_CAUSES}}}
+    assert rep["mean_optimal_makespan"] == 4 and rep["mean_optimality_ratio"] == 1.25
+    assert rep["config"]["rows"] == 5 and rep["config"]["hole_density"] == cfg.hole_density
+    hole = next(e for e in rep["examples"] if e["seed"] == 2)
+    assert hole["cause"] == "fell_in_hole" and hole["events"] == ["agent 2 fell into the hole at (1,1) and is out of the game"]
+    text = render_report(rep)
+    assert "successes: 1 (17%)" in text and "fell in hole 1" in text and "agent collisions 6" in text
+    assert "seed 2: fell in hole after 3 steps" in text and "aborted: LLMError: boom" in text
+    assert classify_episode(eps[0])[0] is None
+    assert render_report(failure_report([], cfg)) == "No episodes were played."
+
+
+# -- propose_config ------------------------------------------------------------------------------------
+
+SINGLE = load_mapf_preset("single")  # 4x4, 1 agent, holes 0.2, max_steps 20
+
+
+def _report() -> dict:
+    return failure_report([_ep(1, steps=3, hole_falls=1), _ep(2, success=True, prog=1.0)], SINGLE)
+
+
+def propose(reply: Any, current: MAPFConfig = SINGLE, **kw: Any):
+    script = Script(engineer=reply)
+    gw = gateway()
+    with ScriptedLLM.install(script):
+        cfg, info = propose_config(current, _report(), gw, **kw)
+    return cfg, info, script, gw
+
+
+def test_propose_config_applies_a_valid_change():
+    history = [{"stage": 1, "config": {"rows": 4, "hole_density": 0.2}, "changes": {}, "success_rate": 0.5,
+                "failure_causes": {"fell_in_hole": 1}}]
+    cfg, info, script, gw = propose({"changes": {"hole_density": 0.1, "rows": 5}, "rationale": "agents fall into holes"},
+                                    history=history)
+    assert script.calls["engineer"] == 1 and gw.usage.role("engineer")["calls"] == 1
+    assert (cfg.hole_density, cfg.rows) == (0.1, 5)
+    assert cfg.model_dump(exclude={"hole_density", "rows"}) == SINGLE.model_dump(exclude={"hole_density", "rows"})
+    assert info["changes"] == {"hole_density": [0.2, 0.1], "rows": [4, 5]} and info["fallback"] is None
+    assert info["rationale"] == "agents fall into holes"
+    # the engineer saw the knobs with bounds, the failure report and the earlier stages
+    system, user = (m["content"] for m in script.engineer_prompts[0])
+    assert "at most 2 knobs" in system
+    assert "- hole_density = 0.2  [0 to 0.35]" in user and "fell in hole 1" in user
+    assert "- stage 1: rows=4, hole_density=0.2" in user and "success 50%" in user
+
+
+def test_propose_config_clamps_to_bounds_and_trims_extra_changes():
+    cfg, info, _, _ = propose({"changes": {"hole_density": 0.9, "max_steps": 1000}, "rationale": "x"})
+    assert cfg.hole_density == DEFAULT_BOUNDS.hole_density[1] and cfg.max_steps == DEFAULT_BOUNDS.max_steps[1]
+    assert info["clamped"] == {"hole_density": [0.9, 0.35], "max_steps": [1000, 150]}
+    # four changes, at most two kept (the first two, in the reply's order); the rest of the config is kept
+    cfg, info, _, _ = propose({"changes": {"slip_prob": 0.1, "cols": 5, "n_agents": 2, "max_steps": 30},
+                               "rationale": "harder"}, max_changes=2)
+    assert (cfg.slip_prob, cfg.cols, cfg.n_agents, cfg.max_steps) == (0.1, 5, 1, 20)
+    assert info["trimmed"] == ["n_agents", "max_steps"] and set(info["changes"]) == {"slip_prob", "cols"}
+    # custom bounds, aliases, unknown knobs and same-as-current values are dropped, not fatal
+    cfg, info, _, _ = propose({"changes": {"agents": 3, "colour": "red", "rows": 4, "observation": "x-ray"}},
+                              bounds=Bounds(n_agents=(1, 2)))
+    assert cfg.n_agents == 2 and info["changes"] == {"n_agents": [1, 2]}
+    assert set(info["dropped"]) == {"colour", "rows", "observation"}
+    keep, notes = apply_changes(SINGLE, {"rows": "6", "slip_prob": True}, max_changes=1)
+    assert keep == {"rows": 6} and "expected a number" in notes["dropped"]["slip_prob"]
+
+
+@pytest.mark.parametrize("reply, why", [
+    ("I would make it harder, maybe?", "unusable reply"),
+    ({"rationale": "no changes object"}, "unusable reply"),
+    ({"changes": {"colour": "red"}}, "no usable change"),
+    ({"changes": {"max_steps": 30}, "rationale": "which failures you saw and why this change addresses them"},
+     "repeats the template's example"),
+    ({"changes": {"n_agents": 6, "rows": 3}}, "free cells"),  # 3x4 grid with 20% holes cannot hold 6 agents
+    ({"changes": {"max_steps": 5, "min_goal_distance": 6}}, "shorter than the optimal plan"),
+])
+def test_bad_replies_fall_back_to_the_current_config(reply, why):
+    cfg, info, script, _ = propose(reply)
+    assert cfg == SINGLE and info["changes"] == {}
+    assert why in info["fallback"], info["fallback"]
+    assert script.calls["engineer"] == 1  # one call, no retry by default
+
+
+def test_empty_changes_keep_the_config_without_fallback():
+    cfg, info, _, _ = propose({"changes": {}, "rationale": "the agent succeeds, keep it"})
+    assert cfg == SINGLE and info["fallback"] is None and info["rationale"].startswith("the agent succeeds")
+
+
+# -- the curriculum ------------------------------------------------------------------------------------
+
+
+def _checkpoint(stage_dir: Path) -> dict:
+    return json.loads((stage_dir / "checkpoint.json").read_text())
+
+
+def test_fixed_curriculum_keeps_config_and_carries_prompts(tmp_path):
+    script = Script(engineer={"changes": {"rows": 6}, "rationale": "must not be asked"})
+    start_task(tmp_path)
+    task_file = str(tmp_path / "start.toml")  # the base task is a task file with an inline [mapf_config]
+    res = curriculum(tmp_path, script, stages=2, mode="fixed", task=task_file)
+    assert script.calls["engineer"] == 0
+    assert res.configs[0] == res.configs[1] == mapf_config_for(load_task_file(task_file))
+    assert res.configs[0].name == "start" and res.configs[0].hole_density == 0.25
+    data = json.loads((tmp_path / "cur" / "curriculum.json").read_text())
+    assert data["complete"] and data["mode"] == "fixed" and [s["stage"] for s in data["stages"]] == [1, 2]
+    assert data["stages"][0]["config"] == data["stages"][1]["config"] and data["stages"][1]["changes"] == {}
+    assert data["stages"][0]["engineer"] == {"mode": "fixed", "changes": {}, "fallback": None}
+    # stage 2 starts from stage 1's best prompts (which gained the safety rule)
+    s1, s2 = _checkpoint(tmp_path / "cur" / "stage-1"), _checkpoint(tmp_path / "cur" / "stage-2")
+    best1 = next(c for c in s1["candidates"] if c["id"] == s1["best_id"])
+    init2 = next(c for c in s2["candidates"] if c["id"] == s2["initial_id"])
+    assert s1["best_id"] != "c0" and init2["fingerprint"] == best1["fingerprint"]
+    assert data["stages"][1]["initial_fingerprint"] == data["stages"][0]["best_fingerprint"] == best1["fingerprint"]
+    assert SAFETY_RULE in PromptSet.from_dict(init2["prompts"]).module("actor").get("safety")
+    # each stage has its own run folder and its own training seeds
+    assert s1["config"]["run"].endswith("stage-1") and s2["config"]["seed"] == s1["config"]["seed"] + 1
+    assert s1["generations"][0]["seeds"] != s2["generations"][0]["seeds"]
+    # final comparison on the target's held-out seeds: the carried rule makes the agent better
+    rows = data["final"]["rows"]
+    assert data["final"]["target"] == "start" and data["final"]["seeds"] == [100000, 100001, 100002, 100003]
+    assert (rows["initial"]["n"], rows["initial"]["successes"], rows["best"]["successes"]) == (4, 1, 3)
+    assert data["final"]["best_report"]["failure_causes"]["timeout"] == 1
+    assert rows["best"]["fingerprint"] == res.best_prompts.fingerprint()
+    md = (tmp_path / "cur" / "curriculum.md").read_text()
+    assert "| 1 | start: 4x4" in md and "| initial | 4 | 25.0%" in md and "| best | 4 | 75.0%" in md
+
+
+def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
+    script = Script(engineer={"changes": {"hole_density": 0.0, "max_steps": 12, "rows": 9},
+                              "rationale": "agents fell into holes"})
+    task = start_task(tmp_path)
+    res = curriculum(tmp_path, script, stages=2, mode="engineer", max_changes=2, task=task)
+    assert script.calls["engineer"] == 1
+    c1, c2 = res.configs
+    assert c1.hole_density == 0.25 and (c2.hole_density, c2.max_steps, c2.rows) == (0.0, 12, c1.rows)
+    data = json.loads((tmp_path / "cur" / "curriculum.json").read_text())
+    st1, st2 = data["stages"]
+    eng = st1["engineer"]
+    assert eng["mode"] == "engineer" and eng["changes"] == {"hole_density": [0.25, 0.0], "max_steps": [8, 12]}
+    assert eng["trimmed"] == ["rows"] and eng["rationale"] == "agents fell into holes"
+    assert st2["changes"] == eng["changes"] and st2["engineer_in"]["changes"] == eng["changes"]
+    assert st2["config"]["hole_density"] == 0.0
+    # the engineer read the failure report of stage 1's best prompts on its held-out episodes
+    rep = st1["report"]
+    assert st1["evidence"] == "heldout" and rep["n"] == 4 and rep["successes"] == 3
+    assert rep["failure_causes"] == {"fell_in_hole": 0, "invalid_actions": 0, "collisions": 0, "timeout": 1, "other": 0}
+    assert st1["best_fingerprint"] != st1["initial_fingerprint"]  # the best (with the rule) was judged
+    user = script.engineer_prompts[0][-1]["content"]
+    assert "Episodes: 4; successes: 3 (75%)" in user and "- hole_density = 0.25" in user
+    assert "Failure causes (one per failed episode): timeout 1." in user
+    assert "stops every episode after 6 steps" in user
+    # stage 2 really played the new config: no holes on its maps
+    lines = (tmp_path / "cur" / "stage-2" / "episodes.jsonl").read_text().splitlines()
+    obs = json.loads(lines[0])["result"]["trajectory"][0]["observation"]
+    grid = [ln for ln in obs.splitlines() if re.match(r"^ {0,2}\d+ [.#H\dab ]+$", ln)]
+    assert len(grid) == c2.rows and not any("H" in ln for ln in grid)
+    assert "after stage 1: hole_density 0.25 -> 0.0, max_steps 8 -> 12" in (tmp_path / "cur" / "curriculum.md").read_text()
+    # resume: finished stages, the engineer call and the final episodes are all reused
+    again = Script(engineer={"changes": {"rows": 8}, "rationale": "different"})
+    with ScriptedLLM.install(again):
+        res2 = run_curriculum(base_config(tmp_path, resume=True), stages=2, mode="engineer", task=task,
+                              agent_gateway=gateway(), optimizer_gateway=gateway(), quiet=True)
+    assert sum(again.calls.values()) == 0
+    assert res2.configs == res.configs and res2.final["rows"] == res.final["rows"]
+    with pytest.raises(EvolveError, match="already holds a curriculum"):
+        curriculum(tmp_path, Script(), stages=2, mode="engineer", task=task)
+    with pytest.raises(EvolveError, match="mode was 'engineer'"):
+        curriculum(tmp_path, Script(), stages=2, mode="fixed", resume=True, task=task)
+
+
+def test_cli_refuses_non_mapf_tasks_and_parses_curriculum_flags(tmp_path, capsys):
+    assert cli_main(["--task", "goto", "--results-dir", str(tmp_path), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "MAPF task" in err and "'goto' is a babyai task" in err and len(err.strip().splitlines()) == 1
+    assert cli_main(["--task", "mapf-single", "--target", "pickup", "--results-dir", str(tmp_path)]) == 2
+    assert "target task 'pickup'" in capsys.readouterr().err
+    cfg, kw, quiet = curriculum_args(["--task", "mapf-single", "--stages", "4", "--engineer", "fixed",
+                                      "--target", "mapf-easy", "-g", "2", "--results-dir", str(tmp_path), "-q"])
+    assert kw == {"stages": 4, "mode": "fixed", "target_task": "mapf-easy", "max_changes": 2}
+    assert cfg.generations == 2 and quiet and cfg.run.startswith("mapf-single-curriculum-")
+    _, kw, _ = curriculum_args(["--task", "mapf-single"])
+    assert kw["stages"] == 3 and kw["mode"] == "engineer" and kw["target_task"] is None
+    with pytest.raises(EvolveError, match="--stages"):
+        curriculum_args(["--task", "mapf-single", "--stages", "0"])
+    assert not any(tmp_path.iterdir())  # nothing written for refused runs
+
+
+def test_cli_runs_then_extends_a_curriculum_on_resume(tmp_path, capsys):
+    start_task(tmp_path)
+    args = ["--task", str(tmp_path / "start.toml"), "--model", "fake/scripted", "-g", "1", "-n", "2",
+            "--heldout-episodes", "2", "--max-steps", "6", "-k", "1", "--accept-rule", "always", "--baseline", "none",
+            "--no-cache", "-j", "2", "--results-dir", str(tmp_path), "--run", "c", "-q"]
+    script = Script(engineer={"changes": {"hole_density": 0.1}, "rationale": "fewer holes"})
+    with ScriptedLLM.install(script):
+        assert cli_main(args + ["--stages", "1"]) == 0
+        out = capsys.readouterr().out
+        assert "1      4x4 a1 holes 0.25 walls 0.0 slip 0.0 steps 8" in out and "target start, best prompts" in out
+        assert script.calls["engineer"] == 0
+        stage1 = tmp_path / "c" / "stage-1" / "checkpoint.json"
+        before = stage1.stat().st_mtime_ns
+        assert cli_main(["--resume", "c", "--results-dir", str(tmp_path), "--stages", "2", "-q"]) == 0
+    data = json.loads((tmp_path / "c" / "curriculum.json").read_text())
+    assert script.calls["engineer"] == 1 and [s["stage"] for s in data["stages"]] == [1, 2]
+    assert data["stages"][1]["config"]["hole_density"] == 0.1 and data["stages"][1]["changes"] == {"hole_density": [0.25, 0.1]}
+    assert stage1.stat().st_mtime_ns == before  # the finished stage was not run again
+    assert data["target_task"] == str(tmp_path / "start.toml") and data["config"]["generations"] == 1
+    assert "2      4x4 a1 holes 0.1" in capsys.readouterr().out
