@@ -219,13 +219,26 @@ def run_eval(
     constrained: Optional[bool],
     resume: bool,
     show_progress: bool = True,
+    ray: Optional[bool] = None,
 ) -> Path:
-    """The body of ``promptevo eval``; returns the run directory."""
+    """The body of ``promptevo eval``; returns the run directory.
+
+    With ``ray`` (or the ``RAY_ADDRESS`` environment variable set) every episode is a Ray task
+    (:mod:`promptevo.scaleout`); at most ``concurrency`` episodes are in flight.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from promptevo.agents import check_agent_name, default_prompt_path, make_agent
     from promptevo.llm import Gateway, LLMConfig
     from promptevo.rollout import RunWriter, fault_summary, read_episodes, run_episodes
+    from promptevo.scaleout import (
+        AgentSpec,
+        RayNotInstalledError,
+        absorb_usage,
+        ensure_ray,
+        run_episodes_ray,
+        use_ray,
+    )
     from promptevo.scoring import aggregate_tasks, summarize, summarize_by_task
     from promptevo.segments import PromptSet
     from promptevo.tasks import load_task
@@ -234,6 +247,7 @@ def run_eval(
     check_eval_flags(episodes=episodes, concurrency=concurrency, seeds=seeds, seed_offset=seed_offset,
                      temperature=temperature, max_tokens=max_tokens, history=history, init=init)
     task_cfgs = [load_task(t) for t in tasks]
+    ray_mode = ray is not False and use_ray(ray)
     custom_prompts = load_prompts_file(prompts_file) if prompts_file is not None else None
 
     cfg_kw: dict[str, Any] = {"concurrency": concurrency}
@@ -269,6 +283,12 @@ def run_eval(
         n = episodes if episodes is not None else task.episodes
         plan.append((task, ps, src, task.seeds(seeds, n, seed_offset)))
 
+    if ray_mode:  # start (or join) Ray before anything is written; a missing package is one line
+        try:
+            ensure_ray(num_cpus=concurrency)
+        except RayNotInstalledError as e:
+            raise UserError(str(e)) from None
+
     name = run_name or default_run_name(agent, llm_cfg.model if gateway else "none", [t.name for t in task_cfgs])
     run_dir = results_dir / _slug(name)
     done: dict[tuple[str, int], Any] = {}
@@ -290,6 +310,7 @@ def run_eval(
         "llm": llm_cfg.public_dict() if gateway else None,
         "seed_split": seeds,
         "seed_offset": seed_offset,
+        **({"scaleout": "ray"} if ray_mode else {}),
         "tasks": {
             t.name: {
                 "config": t.model_dump(mode="json"),
@@ -345,6 +366,8 @@ def run_eval(
                 stats = {"succ": 0, "fin": 0, "tokens": 0}
 
                 def on_result(r: Any, bar: Any = bar, stats: dict = stats) -> None:
+                    if ray_mode and gateway is not None:  # the LLM calls ran in Ray workers
+                        absorb_usage(gateway, [r])
                     writer.add(r)
                     all_results.append(r.without_trajectory())
                     stats["succ"] += bool(r.success)
@@ -355,7 +378,11 @@ def run_eval(
                 def factory(task: Any = task, ps: Any = ps) -> Any:
                     return make_agent(agent, gateway, ps, **agent_kw)
 
-                if todo:
+                if todo and ray_mode:
+                    spec = AgentSpec.create(agent, llm=llm_cfg if gateway is not None else None, prompts=ps,
+                                            task=task, **agent_kw)
+                    run_episodes_ray(task, spec, todo, on_result=on_result, max_in_flight=concurrency)
+                elif todo:
                     run_episodes(task, factory, todo, concurrency=concurrency, on_result=on_result)
                 write_summary(final=False)
     except KeyboardInterrupt:
@@ -401,6 +428,9 @@ def eval_cmd(
     constrained: Optional[bool] = typer.Option(
         None, "--constrained/--no-constrained", help="Grammar-constrained action output (default: on for local/ models)."
     ),
+    ray: bool = typer.Option(
+        False, "--ray", help="Run each episode as a Ray task (also when RAY_ADDRESS is set); needs promptevo[ray]."
+    ),
 ) -> None:
     """Evaluate an agent on one task (or all BabyAI tasks) and write [bold]results/<run>/[/]."""
     from promptevo.tasks import list_tasks, load_task
@@ -415,7 +445,7 @@ def eval_cmd(
             agent=agent, tasks=names, episodes=episodes, model=model, api_base=api_base, concurrency=concurrency,
             seeds=seeds, seed_offset=seed_offset, prompts_file=prompts, init=init, run_name=run_name,
             results_dir=results_dir, no_cache=no_cache, temperature=temperature, max_tokens=max_tokens,
-            history=history, constrained=constrained, resume=resume,
+            history=history, constrained=constrained, resume=resume, ray=ray or None,
         )
     except _user_error_types() as e:
         fail(str(e))
