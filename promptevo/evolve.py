@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -97,6 +98,18 @@ class EvolveConfig(BaseModel):
     max_steps_shown: int = Field(default=30, ge=4)
     optimizer_temperature: float = Field(default=0.7, ge=0)
     optimizer_max_tokens: int = Field(default=2048, ge=64)
+    # optional strategies (all off by default: the plain loop)
+    evidence: Literal["raw", "cards"] = Field(default="raw", description="what the analyzer reads: raw "
+                                              "trajectories, or evidence cards (one per outcome group)")
+    prune_at: float | None = Field(default=None, gt=0, le=1, description="once the parent's held-out success "
+                                   "reaches this, generations propose removing guidance segments instead")
+    skills: str | None = Field(default=None, description="skill library file (JSON): skills from other tasks "
+                               "are offered to the mutator and inserted as children; promotions are added")
+    skill_children: int = Field(default=1, ge=0, description="children per generation that insert a library skill")
+    backtest: bool = Field(default=False, description="before a promotion, replay the candidate on earlier "
+                           "generations' seeds and run the validity diagnostics (leak, gap, behaviour)")
+    backtest_episodes: int | None = Field(default=None, ge=1, description="earlier seeds replayed (default: episodes)")
+    ray: bool = Field(default=False, description="play episodes as Ray tasks (also when RAY_ADDRESS is set)")
     results_dir: str = "results"
     run: str | None = Field(default=None, description="run name; default <task>-<agent>-<timestamp>")
     resume: bool = False
@@ -406,9 +419,13 @@ class Candidate:
     heldout: dict[str, dict] = field(default_factory=dict)
     verdict: dict | None = None  # training-seed acceptance against the parent
     promotion: dict | None = None  # held-out gate
-    status: str = "new"  # new | evaluated | accepted | rejected | promoted | not-promoted | error
+    status: str = "new"  # new | accepted | rejected | promoted | not-promoted | vetoed | error
     tokens: int = 0
     cost: float = 0.0
+    kind: str = "mutation"  # mutation | prune | skill
+    skill: str | None = None  # library skill id (kind "skill")
+    prompt_tokens_saved: int | None = None  # prune children: static prompt tokens removed
+    validity: dict | None = None  # --backtest: backtest + validity diagnostics before promotion
 
     def prompt_set(self) -> PromptSet:
         return PromptSet.from_dict(self.prompts)
@@ -564,6 +581,7 @@ class _Optimizer:
         self.display = _Display(console, quiet)
         self.store: EpisodeStore
         self.state: _State
+        self._skills: Any = None
 
     # -- usage & budget ---------------------------------------------------------------------------
     def usage(self) -> dict:
@@ -700,64 +718,70 @@ class _Optimizer:
             st.generations.append(rec)
         parent = st.candidates[rec["parent"]]
         seeds = rec["seeds"]
+        if "mode" not in rec:
+            rec["mode"] = self.generation_mode(parent)
+            if rec["mode"] == "prune":
+                row = summarize_scores(parent.heldout)
+                self.display.log(f"[gen {g}] {parent.id} held-out success {row['success_rate']:.0%} >= "
+                                 f"{cfg.prune_at:.0%}: pruning generation")
+        usage_rec = rec.setdefault("optimizer_usage", {})
 
         # 1. parent on training seeds
         self._status(g, f"parent {parent.id}")
         self.eval_candidate(parent, "train", seeds)
         self.checkpoint()
 
-        # 2. analysis
+        # 2. analysis (evidence cards first when asked); a pruning generation needs no diagnosis
         if rec["analysis"] is None:
             if (why := self.budget_exceeded()):
                 return why
-            self._status(g, "analysing")
-            episodes = [episode_from_dict(self.store.get(parent.fingerprint, s) or {}) for s in seeds
-                        if self.store.get(parent.fingerprint, s) is not None]
-            analysis = analyze(
-                parent.prompt_set(), episodes, self.opt_gw,
-                max_trajectories=cfg.max_trajectories, max_steps_shown=cfg.max_steps_shown,
-                env_instructions=self.env_instructions, history=st.history,
-                temperature=cfg.optimizer_temperature, max_tokens=cfg.optimizer_max_tokens, seed=cfg.seed * 1000 + g,
-            )
             path = f"analyses/gen-{g:03d}.json"
-            _atomic_write(self.run_dir / path, json.dumps({"generation": g, "parent": parent.id,
-                                                           "analysis": json.loads(analysis.to_json())}, indent=1) + "\n")
+            blob: dict[str, Any] = {"generation": g, "parent": parent.id, "mode": rec["mode"]}
+            if rec["mode"] == "prune":
+                analysis = Analysis(ok=False, error="pruning generation: no diagnosis needed",
+                                    prompt_fingerprint=parent.fingerprint)
+            else:
+                episodes = [episode_from_dict(self.store.get(parent.fingerprint, s) or {}) for s in seeds
+                            if self.store.get(parent.fingerprint, s) is not None]
+                cards = None
+                if cfg.evidence == "cards":
+                    from promptevo.cards import build_cards
+
+                    self._status(g, "evidence cards")
+                    cards = build_cards(
+                        parent.prompt_set(), episodes, self.opt_gw, env_instructions=self.env_instructions,
+                        temperature=cfg.optimizer_temperature, max_tokens=min(1024, cfg.optimizer_max_tokens),
+                        seed=cfg.seed * 1000 + g,
+                    )
+                    blob["cards"] = cards.to_dict()
+                    usage_rec["cards"] = dict(cards.usage)
+                    self.display.log(f"[gen {g}] {len(cards.cards)} evidence cards"
+                                     + ("" if cards.ok else f" (from statistics only: {cards.error})"))
+                self._status(g, "analysing")
+                analysis = analyze(
+                    parent.prompt_set(), episodes, self.opt_gw,
+                    max_trajectories=cfg.max_trajectories, max_steps_shown=cfg.max_steps_shown,
+                    env_instructions=self.env_instructions, history=st.history,
+                    temperature=cfg.optimizer_temperature, max_tokens=cfg.optimizer_max_tokens,
+                    seed=cfg.seed * 1000 + g, evidence=cards,
+                )
+                usage_rec["analyzer"] = dict(analysis.usage)
+                self.display.log(
+                    f"[gen {g}] analysis of {parent.id}: "
+                    + (f"{len(analysis.proposals)} proposals, {len(analysis.failure_modes)} failure modes" if analysis.ok
+                       else f"unusable ({analysis.error})")
+                )
+            blob["analysis"] = json.loads(analysis.to_json())
+            _atomic_write(self.run_dir / path, json.dumps(blob, indent=1) + "\n")
             rec["analysis"] = path
-            self.display.log(
-                f"[gen {g}] analysis of {parent.id}: "
-                + (f"{len(analysis.proposals)} proposals, {len(analysis.failure_modes)} failure modes" if analysis.ok
-                   else f"unusable ({analysis.error})")
-            )
             self.checkpoint()
         analysis = Analysis.model_validate(json.loads((self.run_dir / rec["analysis"]).read_text())["analysis"])
 
-        # 3. mutation
+        # 3. mutation: pruning edits, or skill insertions plus the mutator's edits
         if not rec["proposed"]:
             if (why := self.budget_exceeded()):
                 return why
-            self._status(g, "mutating")
-            tried = {c.fingerprint for c in st.candidates.values()}
-            props = propose_detailed(
-                parent.prompt_set(), analysis, self.opt_gw, n=cfg.children, history=st.history, tried=tried,
-                env_instructions=self.env_instructions, temperature=cfg.optimizer_temperature,
-                max_tokens=cfg.optimizer_max_tokens, seed=cfg.seed * 1000 + g,
-            )
-            for e in props.edits:
-                child_ps = apply_edit(parent.prompt_set(), e)
-                c = Candidate(id=self.next_id(), fingerprint=child_ps.fingerprint(), prompts=child_ps.to_dict(),
-                              parent=parent.id, generation=g, edit=e.to_dict(), analysis=rec["analysis"])
-                st.candidates[c.id] = c
-                rec["children"].append(c.id)
-            apath = self.run_dir / rec["analysis"]
-            blob = json.loads(apath.read_text())
-            blob["mutation"] = props.to_dict()
-            _atomic_write(apath, json.dumps(blob, indent=1) + "\n")
-            rec["proposed"] = True
-            self.display.log(
-                f"[gen {g}] {len(props.edits)} children: " + ", ".join(Edit(**e.to_dict()).describe() for e in props.edits)
-                + (f" ({len(props.rejected)} edits rejected)" if props.rejected else "")
-                + (f" [mutator: {props.error}]" if props.error and not props.edits else "")
-            )
+            self.propose_children(g, rec, parent, analysis)
             self.checkpoint()
 
         # 4. children on the same training seeds
@@ -773,8 +797,11 @@ class _Optimizer:
                 return
             self._status(g, f"child {c.id} ({Edit(**c.edit).describe() if c.edit else ''})")
             self.eval_candidate(c, "train", seeds)
-            v = accept(c.scores("train", cfg.metric, seeds), parent_scores, cfg.accept_rule, cfg.accept_margin,
-                       alpha=cfg.alpha)
+            if c.kind == "prune":  # a removal only has to do no worse on the training seeds
+                v = accept(c.scores("train", cfg.metric, seeds), parent_scores, "margin", -cfg.accept_margin)
+            else:
+                v = accept(c.scores("train", cfg.metric, seeds), parent_scores, cfg.accept_rule, cfg.accept_margin,
+                           alpha=cfg.alpha)
             with self.lock:
                 c.verdict = v.to_dict()
                 c.status = "accepted" if v.accepted else "rejected"
@@ -794,36 +821,231 @@ class _Optimizer:
         if stop:
             return stop[0]
 
-        # 5. held-out gate for the best accepted child
+        # 5. held-out gate (and, with --backtest, backtest + validity diagnostics) for the best accepted child
         if rec["promotion"] is None:
             accepted = [st.candidates[cid] for cid in rec["children"] if st.candidates[cid].status == "accepted"]
             if accepted:
                 if (why := self.budget_exceeded()):
                     return why
-                top = max(accepted, key=lambda c: (c.verdict["mean_diff"], -int(c.id[1:])))
+                if rec["mode"] == "prune":  # the removal that saves the most prompt tokens
+                    top = max(accepted, key=lambda c: (c.prompt_tokens_saved or 0, c.verdict["mean_diff"], -int(c.id[1:])))
+                else:
+                    top = max(accepted, key=lambda c: (c.verdict["mean_diff"], -int(c.id[1:])))
                 best = st.candidates[st.best_id]
                 hs = self.heldout_seeds()
                 self._status(g, f"held-out check of {top.id}")
                 self.eval_candidate(best, "heldout", hs)
                 self.eval_candidate(top, "heldout", hs)
-                v = promote(top.scores("heldout", cfg.metric, hs), best.scores("heldout", cfg.metric, hs),
-                            margin=cfg.promote_margin, alpha=cfg.alpha)
+                child_h, best_h = top.scores("heldout", cfg.metric, hs), best.scores("heldout", cfg.metric, hs)
+                if top.kind == "prune":
+                    from promptevo.pruning import prune_keep
+
+                    pv = prune_keep(top.scores("heldout", "success", hs), best.scores("heldout", "success", hs))
+                    gate = {"accepted": pv.accepted, "reason": pv.reason, "rule": "prune-within-interval",
+                            **{k: v for k, v in pv.to_dict().items() if k not in ("accepted", "reason", "rule")}}
+                else:
+                    gate = promote(child_h, best_h, margin=cfg.promote_margin, alpha=cfg.alpha).to_dict()
+                ok = bool(gate["accepted"])
+                validity = None
+                if cfg.backtest:
+                    if (why := self.budget_exceeded()):
+                        return why
+                    validity = self.validity_report(g, top, best, gate, run_backtest=ok)
+                    if not validity["ok"]:
+                        ok = False
                 with self.lock:
-                    top.promotion = v.to_dict()
-                    top.status = "promoted" if v.accepted else "not-promoted"
+                    top.promotion = gate
+                    top.validity = validity
+                    top.status = "promoted" if ok else ("vetoed" if gate["accepted"] else "not-promoted")
+                    outcome = {"promoted": "accepted and promoted",
+                               "vetoed": "passed held-out check, vetoed by validity diagnostics",
+                               "not-promoted": "accepted on training seeds, failed held-out check"}[top.status]
                     for h in st.history:
                         if h.get("candidate") == top.id:
-                            h["outcome"] = "accepted and promoted" if v.accepted else "accepted on training seeds, failed held-out check"
-                    rec["promotion"] = {"candidate": top.id, **v.to_dict()}
-                    if v.accepted:
+                            h["outcome"] = outcome
+                    rec["promotion"] = {"candidate": top.id, **gate, "promoted": ok,
+                                        **({"validity": validity} if validity is not None else {})}
+                    if ok:
                         st.best_id = top.id
+                veto_s = ""
+                if validity is not None and not validity["ok"]:
+                    veto_s = " | vetoed: " + "; ".join(f"{v['check']}: {v['reason']}" for v in validity["vetoes"])
                 self.display.log(f"[gen {g}] held-out check {top.id} vs {best.id}: "
-                                 f"{'PROMOTED' if v.accepted else 'not promoted'} ({v.reason})")
+                                 f"{'PROMOTED' if ok else 'not promoted'} ({gate['reason']}){veto_s}")
             else:
-                rec["promotion"] = {"candidate": None, "accepted": False, "reason": "no accepted child"}
+                rec["promotion"] = {"candidate": None, "accepted": False, "promoted": False, "reason": "no accepted child"}
+            self.update_skills(g, rec)
         rec["done"] = True
         self.checkpoint()
         return None
+
+    # -- strategies -------------------------------------------------------------------------------
+    def generation_mode(self, parent: Candidate) -> str:
+        """``prune`` once the parent's held-out success reaches ``prune_at`` (scaffold pruning), else ``mutate``."""
+        if self.cfg.prune_at is None or not parent.heldout:
+            return "mutate"
+        from promptevo.pruning import competent, prunable_segments
+
+        row = summarize_scores(parent.heldout)
+        if competent(row["successes"], row["n"], self.cfg.prune_at) and prunable_segments(parent.prompt_set()):
+            return "prune"
+        return "mutate"
+
+    def propose_children(self, g: int, rec: dict, parent: Candidate, analysis: Analysis) -> None:
+        st, cfg = self.state, self.cfg
+        parent_ps = parent.prompt_set()
+        tried = {c.fingerprint for c in st.candidates.values()}
+        new: list[tuple[Edit, str, str | None]] = []  # (edit, kind, skill id)
+        blob_key, props = "mutation", None
+        if rec["mode"] == "prune":
+            from promptevo.pruning import propose_prunes
+
+            self._status(g, "pruning")
+            row = summarize_scores(parent.heldout)
+            props = propose_prunes(
+                parent_ps, self.opt_gw, n=cfg.children, history=st.history, tried=tried,
+                stats=f"held-out success {row['successes']}/{row['n']} ({row['success_rate']:.0%}), "
+                      f"mean return {row['mean_return']:.3f}",
+                env_instructions=self.env_instructions, temperature=cfg.optimizer_temperature,
+                max_tokens=min(1024, cfg.optimizer_max_tokens), seed=cfg.seed * 1000 + g,
+            )
+            rec["optimizer_usage"]["pruner"] = dict(props.usage)
+            new = [(e, "prune", None) for e in props.edits]
+            blob_key = "pruning"
+        else:
+            skills_text = None
+            if cfg.skills:
+                from promptevo.skills import render, skill_edit
+
+                lib = self.skill_library()
+                family = getattr(self.task, "family", None) or ""
+                chosen = lib.select(cfg.task, family, parent_ps, k=3)
+                if chosen:
+                    skills_text = render(chosen)
+                for sk in chosen:
+                    if len(new) >= min(cfg.skill_children, cfg.children):
+                        break
+                    e = skill_edit(sk, parent_ps)
+                    child_ps = apply_edit(parent_ps, e)
+                    if child_ps.fingerprint() in tried:
+                        continue
+                    tried.add(child_ps.fingerprint())
+                    new.append((e, "skill", sk.id))
+            n_llm = cfg.children - len(new)
+            if n_llm > 0:
+                self._status(g, "mutating")
+                props = propose_detailed(
+                    parent_ps, analysis, self.opt_gw, n=n_llm, history=st.history, tried=tried,
+                    env_instructions=self.env_instructions, temperature=cfg.optimizer_temperature,
+                    max_tokens=cfg.optimizer_max_tokens, seed=cfg.seed * 1000 + g, skills=skills_text,
+                )
+                rec["optimizer_usage"]["mutator"] = dict(props.usage)
+                new += [(e, "mutation", None) for e in props.edits]
+        parent_tokens = None
+        if rec["mode"] == "prune":
+            from promptevo.pruning import prompt_tokens
+
+            parent_tokens = prompt_tokens(parent_ps)
+        for e, kind, sid in new:
+            child_ps = apply_edit(parent_ps, e)
+            c = Candidate(id=self.next_id(), fingerprint=child_ps.fingerprint(), prompts=child_ps.to_dict(),
+                          parent=parent.id, generation=g, edit=e.to_dict(), analysis=rec["analysis"], kind=kind,
+                          skill=sid)
+            if parent_tokens is not None:
+                from promptevo.pruning import prompt_tokens
+
+                c.prompt_tokens_saved = parent_tokens - prompt_tokens(child_ps)
+            st.candidates[c.id] = c
+            rec["children"].append(c.id)
+        apath = self.run_dir / rec["analysis"]
+        blob = json.loads(apath.read_text())
+        if props is not None:
+            blob[blob_key] = props.to_dict()
+        blob["children"] = [{"id": cid, "kind": st.candidates[cid].kind, "skill": st.candidates[cid].skill}
+                            for cid in rec["children"]]
+        _atomic_write(apath, json.dumps(blob, indent=1) + "\n")
+        rec["proposed"] = True
+        n_skill = sum(1 for _, k, _ in new if k == "skill")
+        self.display.log(
+            f"[gen {g}] {len(new)} children: " + ", ".join(e.describe() for e, _, _ in new)
+            + (f" ({n_skill} from the skill library)" if n_skill else "")
+            + (f" ({len(props.rejected)} edits rejected)" if props is not None and props.rejected else "")
+            + (f" [{blob_key}: {props.error}]" if props is not None and props.error and not new else "")
+        )
+
+    def skill_library(self) -> Any:
+        from promptevo.skills import SkillLibrary, SkillLibraryError
+
+        if self._skills is None:
+            try:
+                self._skills = SkillLibrary.load(self.cfg.skills)
+            except SkillLibraryError as e:
+                raise EvolveError(str(e)) from None
+        return self._skills
+
+    def update_skills(self, g: int, rec: dict) -> None:
+        """Store a promoted edit as a skill; record how library skills tried this generation fared."""
+        if not self.cfg.skills:
+            return
+        st, cfg = self.state, self.cfg
+        lib = self.skill_library()
+        family = getattr(self.task, "family", None) or ""
+        run = self.run_dir.name
+        changed = False
+        for cid in rec["children"]:
+            c = st.candidates[cid]
+            if c.kind == "skill" and c.skill and c.skill in lib:
+                gain = (c.promotion or {}).get("mean_diff", (c.verdict or {}).get("mean_diff"))
+                lib.record_use(c.skill, cfg.task, run, c.status, gain)
+                changed = True
+        prom = rec.get("promotion") or {}
+        top = st.candidates.get(prom.get("candidate") or "")
+        if top is not None and prom.get("promoted") and top.kind == "mutation" and top.edit:
+            sk = lib.from_promotion(top.edit, cfg.task, family, run, heldout_gain=float(prom.get("mean_diff") or 0.0),
+                                    n=int(prom.get("n") or 0), train_gain=(top.verdict or {}).get("mean_diff"))
+            if sk is not None:
+                self.display.log(f"[gen {g}] skill {sk.id} added to {cfg.skills} ({top.edit.get('module')}."
+                                 f"{top.edit.get('segment')}, held-out gain {sk.gain:+.3f})")
+                changed = True
+        if changed:
+            lib.save(cfg.skills)
+
+    def validity_report(self, g: int, top: Candidate, best: Candidate, gate: dict, *, run_backtest: bool) -> dict:
+        """EvoTrainer-style checks before a promotion: the candidate replayed on earlier generations'
+        seeds (backtest, only when the held-out gate passed), a leak check of the edit against the
+        training missions, the train/held-out generalization gap and behaviour on the held-out seeds."""
+        from promptevo.diagnostics import backtest_seeds, missions, validity
+
+        cfg = self.cfg
+        rec = self.state.gen(g) or {}
+        bt_child = bt_best = None
+        bt_seeds: list[int] = []
+        if run_backtest:
+            bt_seeds = backtest_seeds(best.train, rec.get("seeds", []), limit=cfg.backtest_episodes or cfg.episodes)
+            if bt_seeds:
+                self._status(g, f"backtest of {top.id} on {len(bt_seeds)} earlier seeds")
+                self.eval_candidate(top, "train", bt_seeds)
+                bt_child = top.scores("train", cfg.metric, bt_seeds)
+                bt_best = best.scores("train", cfg.metric, bt_seeds)
+        train_eps = [e for s in sorted(int(x) for x in best.train) if (e := self.store.get(best.fingerprint, s))]
+        hs = self.heldout_seeds()
+        child_h = [e for s in hs if (e := self.store.get(top.fingerprint, s))]
+        best_h = [e for s in hs if (e := self.store.get(best.fingerprint, s))]
+        edit = top.edit or {}
+        report = validity(
+            edit_text=(edit.get("text") or "") if edit.get("op") != "delete" else None,
+            parent_text=_prompt_text(best),
+            train_missions=missions(train_eps), heldout_missions=missions(best_h),
+            train_diff=(top.verdict or {}).get("mean_diff") if top.kind != "prune" else None,
+            heldout_diff=gate.get("mean_diff") if top.kind != "prune" else None,
+            min_train_gain=max(cfg.accept_margin, 1e-9),
+            backtest_child=bt_child, backtest_best=bt_best,
+            child_episodes=child_h, parent_episodes=best_h,
+        )
+        out = report.to_dict()
+        out["backtest_seeds"] = bt_seeds
+        out.setdefault("ok", report.ok)
+        return out
 
     # -- counterfactual ablation of the best prompts ----------------------------------------------
     def ablate(self, cand: Candidate) -> list[dict]:
@@ -917,6 +1139,10 @@ class _Optimizer:
 # =================================================================================================
 
 
+def _prompt_text(c: Candidate) -> str:
+    return "\n".join(seg.text for _, p in c.prompt_set().modules for seg in p.segments)
+
+
 def _report_rows(st: _State) -> list[dict]:
     rows = []
     if st.baseline.get("heldout"):
@@ -962,6 +1188,7 @@ def write_report(run_dir: Path, st: _State, usage: dict) -> dict:
         "stop_reason": st.stop_reason,
         "config": st.config.model_dump(),
     }
+    report["strategies"] = strategy_summary(st)
     abl = run_dir / "ablation.json"
     if abl.exists():
         report["ablation"] = json.loads(abl.read_text(encoding="utf-8"))
@@ -975,6 +1202,7 @@ def write_report(run_dir: Path, st: _State, usage: dict) -> dict:
           f"training seeds: {report['accepted']}, promoted: {report['promoted']}.", "",
           f"Usage: {usage.get('calls', 0)} LLM calls, {usage.get('tokens', 0):,} tokens, ${usage.get('cost', 0.0):.4f}.", "",
           "Lineage of the best prompts: " + " -> ".join(report["lineage"]), ""]
+    md += strategy_markdown(report["strategies"])
     if "ablation" in report:
         md += ["## Segment ablation of the best prompts (held-out seeds)", "",
                "| segment removed | n | change in success | change in return |", "|---|---|---|---|"]
@@ -987,6 +1215,70 @@ def write_report(run_dir: Path, st: _State, usage: dict) -> dict:
     best_ps.save(run_dir / "best.md")
     best_ps.save(run_dir / "best.json")
     return report
+
+
+def _usage_tokens(u: dict | None) -> int:
+    u = u or {}
+    return int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+
+
+def strategy_summary(st: _State) -> dict:
+    """Figures of the optional strategies (pure function of the run state): optimizer tokens per
+    generation by step, prompt size of the initial and best prompts, pruning, vetoes and skills."""
+    from promptevo.pruning import prompt_tokens
+
+    cfg = st.config
+    gens = []
+    for rec in sorted(st.generations, key=lambda r: r["index"]):
+        by_step = {k: _usage_tokens(v) for k, v in (rec.get("optimizer_usage") or {}).items()}
+        gens.append({"generation": rec["index"], "mode": rec.get("mode", "mutate"), "optimizer_tokens": by_step,
+                     "optimizer_tokens_total": sum(by_step.values())})
+    init, best = st.candidates[st.initial_id], st.candidates[st.best_id]
+    cands = list(st.candidates.values())
+    analysed = [g for g in gens if g["mode"] == "mutate" and g["optimizer_tokens"]]
+    return {
+        "enabled": {"evidence": cfg.evidence, "prune_at": cfg.prune_at, "skills": cfg.skills,
+                    "backtest": cfg.backtest, "ray": cfg.ray},
+        "generations": gens,
+        "mean_optimizer_tokens_per_generation": (sum(g["optimizer_tokens_total"] for g in analysed) / len(analysed))
+        if analysed else 0.0,
+        "prompt_tokens": {"initial": prompt_tokens(init.prompt_set()), "best": prompt_tokens(best.prompt_set())},
+        "pruned": [{"candidate": c.id, "edit": c.edit, "saved": c.prompt_tokens_saved, "status": c.status}
+                   for c in cands if c.kind == "prune"],
+        "vetoed": [{"candidate": c.id, "vetoes": (c.validity or {}).get("vetoes", [])} for c in cands
+                   if c.status == "vetoed"],
+        "validity_checked": sum(1 for c in cands if c.validity is not None),
+        "skill_children": [{"candidate": c.id, "skill": c.skill, "status": c.status} for c in cands if c.kind == "skill"],
+    }
+
+
+def strategy_markdown(s: dict) -> list[str]:
+    en = s["enabled"]
+    if en["evidence"] == "raw" and en["prune_at"] is None and not en["skills"] and not en["backtest"] and not en["ray"]:
+        return []
+    prune = "off" if en["prune_at"] is None else f"at held-out success {en['prune_at']:.0%}"
+    md = ["## Strategies", "",
+          f"Evidence: {en['evidence']}; pruning: {prune}; skills: {en['skills'] or 'off'}; "
+          f"backtest: {'on' if en['backtest'] else 'off'}; ray: {'on' if en['ray'] else 'off'}.", "",
+          "| generation | mode | optimizer tokens |", "|---|---|---|"]
+    for g in s["generations"]:
+        parts = ", ".join(f"{k} {v:,}" for k, v in g["optimizer_tokens"].items()) or "-"
+        md.append(f"| {g['generation']} | {g['mode']} | {g['optimizer_tokens_total']:,} ({parts}) |")
+    pt = s["prompt_tokens"]
+    md += ["", f"Prompt size: initial {pt['initial']:,} tokens, best {pt['best']:,} tokens."]
+    if s["pruned"]:
+        md.append("Pruning children: " + ", ".join(f"{p['candidate']} ({(p['edit'] or {}).get('op')} "
+                  f"{(p['edit'] or {}).get('module')}.{(p['edit'] or {}).get('segment')}, -{p['saved'] or 0} tokens, "
+                  f"{p['status']})" for p in s["pruned"]) + ".")
+    if en["backtest"]:
+        md.append(f"Validity diagnostics ran on {s['validity_checked']} candidate(s); vetoed: "
+                  + (", ".join(f"{v['candidate']} ({'; '.join(x['check'] for x in v['vetoes'])})" for v in s["vetoed"])
+                     or "none") + ".")
+    if s["skill_children"]:
+        md.append("Skill children: " + ", ".join(f"{c['candidate']} (skill {c['skill']}, {c['status']})"
+                                                 for c in s["skill_children"]) + ".")
+    md.append("")
+    return md
 
 
 def report_markdown_table(report: dict) -> str:
@@ -1024,6 +1316,32 @@ def _default_runner(task: Any, agent_factory: Callable[[], Any], seeds: Sequence
     return run_episodes(task, agent_factory, list(seeds), concurrency=concurrency, on_result=on_result)
 
 
+def _ray_builder_and_runner(config: EvolveConfig, task: Any, agent_gateway: Any,
+                            setup: Callable[[], Any] | None = None) -> tuple[AgentBuilder, Runner]:
+    """Agents as picklable :class:`~promptevo.scaleout.AgentSpec` s played as Ray tasks; the workers'
+    LLM usage is added to ``agent_gateway`` so budgets and reports still see it."""
+    from promptevo.scaleout import AgentSpec, RayNotInstalledError, absorb_usage, ensure_ray, run_episodes_ray
+
+    try:
+        ensure_ray(num_cpus=None if os.environ.get("RAY_ADDRESS") else config.concurrency)
+    except RayNotInstalledError as e:
+        raise EvolveError(str(e)) from None
+
+    def builder(name: str, prompts: PromptSet | None) -> Callable[[], Any]:
+        return AgentSpec.create(name, llm=agent_gateway, prompts=prompts, task=task, setup=setup, init=config.init)
+
+    def runner(task_: Any, factory: Any, seeds: Sequence[int], *, concurrency: int = 4,
+               on_result: Callable[[Any], None] | None = None) -> list[Any]:
+        def done(r: Any) -> None:
+            absorb_usage(agent_gateway, [r])
+            if on_result is not None:
+                on_result(r)
+
+        return run_episodes_ray(task_, factory, list(seeds), on_result=done, max_in_flight=concurrency)
+
+    return builder, runner
+
+
 def optimize(
     config: EvolveConfig,
     *,
@@ -1036,6 +1354,7 @@ def optimize(
     env_instructions: str | None = None,
     console: Any = None,
     quiet: bool = False,
+    worker_setup: Callable[[], Any] | None = None,
 ) -> RunResult:
     """Run (or, with ``config.resume``, continue) an optimization; returns the best prompts and report.
 
@@ -1043,7 +1362,9 @@ def optimize(
     :func:`promptevo.tasks.load_task`; initial prompts from ``config.prompts`` or
     :func:`promptevo.agents.default_prompts`; ``agent_builder(agent_name, prompts_or_None)`` returns an
     agent factory (``make_agent``); ``runner(task, factory, seeds, concurrency=, on_result=)`` is
-    :func:`promptevo.rollout.run_episodes`. Raises :class:`EvolveError` for unusable inputs.
+    :func:`promptevo.rollout.run_episodes`. With ``config.ray`` (or RAY_ADDRESS) episodes run as Ray tasks;
+    ``worker_setup`` (picklable) then runs once in each worker process before its first episode.
+    Raises :class:`EvolveError` for unusable inputs.
     """
     if config.run is None:  # fix the run name now so every path below agrees
         config = config.model_copy(update={"run": config.run_path().name})
@@ -1090,6 +1411,13 @@ def optimize(
             initial_prompts = default_prompts(config.agent, task, config.init)
     if not initial_prompts.modules:
         raise EvolveError(f"agent {config.agent!r} has no prompts to optimize")
+    from promptevo.scaleout import use_ray
+
+    if use_ray(config.ray):
+        if agent_builder is not None or runner is not None:
+            raise EvolveError("--ray plays episodes with the built-in agents and runner; a custom agent_builder "
+                              "or runner cannot be shipped to Ray workers")
+        agent_builder, runner = _ray_builder_and_runner(config, task, agent_gateway, worker_setup)
     if agent_builder is None:
         from promptevo.agents import make_agent
 
@@ -1152,6 +1480,20 @@ def _build_parser() -> Any:
     a("--no-cache", action="store_true", default=None, help="do not use the LLM response cache")
     a("--ablate", action="store_true", dest="ablate_best", default=None,
       help="at the end, measure each segment of the best prompts by removing it (held-out seeds)")
+    s = p.add_argument_group("strategies (optional; off by default)")
+    s.add_argument("--evidence", choices=["raw", "cards"],
+                   help="analyzer reads raw trajectories (default) or evidence cards, one per outcome group")
+    s.add_argument("--prune-at", type=float, metavar="RATE",
+                   help="scaffold pruning: once held-out success >= RATE, propose removing guidance segments; a "
+                   "removal is kept only if held-out success stays within the 95%% interval")
+    s.add_argument("--skills", metavar="FILE",
+                   help="skill library (JSON, created if missing): offer skills learned on other tasks, store promotions")
+    s.add_argument("--skill-children", type=int, help="children per generation that insert a skill (default 1)")
+    s.add_argument("--backtest", action="store_true", default=None,
+                   help="before promoting, replay on earlier generations' seeds and run validity diagnostics")
+    s.add_argument("--backtest-episodes", type=int, help="earlier seeds replayed by --backtest (default: --episodes)")
+    s.add_argument("--ray", action="store_true", default=None,
+                   help="play episodes as Ray tasks (also when RAY_ADDRESS is set); needs promptevo[ray]")
     a("--quiet", "-q", action="store_true", help="no progress display")
     return p
 
