@@ -581,6 +581,13 @@ def optimize_cmd(ctx: typer.Context) -> None:
     _delegate("optimize", "promptevo.evolve", ctx.args)
 
 
+@app.command("curriculum", context_settings=_PASSTHROUGH)
+def curriculum_cmd(ctx: typer.Context) -> None:
+    """Optimize prompts across MAPF stages whose configuration an LLM environment engineer proposes
+    (--engineer llm) or keeps fixed (--engineer fixed) (promptevo.engineer)."""
+    _delegate("curriculum", "promptevo.engineer", ctx.args)
+
+
 @app.command("compare", context_settings=_PASSTHROUGH)
 def compare_cmd(ctx: typer.Context) -> None:
     """Compare methods (robust-cot, promptevo, gepa) with the same model, LLM-call budget and seeds."""
