@@ -101,8 +101,9 @@ class EvolveConfig(BaseModel):
     # optional strategies (all off by default: the plain loop)
     evidence: Literal["raw", "cards"] = Field(default="raw", description="what the analyzer reads: raw "
                                               "trajectories, or evidence cards (one per outcome group)")
-    prune_at: float | None = Field(default=None, gt=0, le=1, description="once the parent's held-out success "
-                                   "reaches this, generations propose removing guidance segments instead")
+    prune_at: float | None = Field(default=None, ge=0, le=1, description="once the parent's held-out success "
+                                   "reaches this (0: from the first generation), generations propose removing "
+                                   "guidance segments instead")
     skills: str | None = Field(default=None, description="skill library file (JSON): skills from other tasks "
                                "are offered to the mutator and inserted as children; promotions are added")
     skill_children: int = Field(default=1, ge=0, description="children per generation that insert a library skill")
@@ -1181,7 +1182,7 @@ def write_report(run_dir: Path, st: _State, usage: dict) -> dict:
         "best_id": best.id,
         "generations_done": sum(1 for g in st.generations if g.get("done")),
         "candidates": len(st.candidates),
-        "accepted": sum(1 for c in st.candidates.values() if c.status in ("accepted", "promoted", "not-promoted")),
+        "accepted": sum(1 for c in st.candidates.values() if c.status in ("accepted", "promoted", "not-promoted", "vetoed")),
         "promoted": sum(1 for c in st.candidates.values() if c.status == "promoted"),
         "lineage": [c.id for c in lineage(st.candidates, best.id)],
         "usage": usage,

@@ -144,7 +144,7 @@ def _status_class(status: str | None) -> str:
     s = str(status or "new")
     if s == "promoted":
         return "promoted"
-    if s in ("accepted", "not-promoted"):
+    if s in ("accepted", "not-promoted", "vetoed"):
         return "accepted"
     if s == "rejected":
         return "rejected"

@@ -1,0 +1,656 @@
+"""The optional strategies of the optimization loop, run end to end through ``optimize()``:
+evidence cards, scaffold pruning, the skill library, backtest + validity diagnostics, and Ray.
+
+Test doubles (never used for reported results):
+
+* ``MissionEnv``: a tiny text env. Mission "go to the red ball" on even training seeds, "go to the
+  <colour> key" otherwise (held-out missions never name a red ball). Actions "wait" and "done": "done"
+  ends the episode with success (return 1 - 0.5 t/3); after three "wait"s the harness step limit ends it.
+* The agent LLM is ``fake/agent`` (ScriptedLLM) playing the real two-stage agent: the descriptor echoes
+  the observation, the actor answers "done" when ``policy(actor system prompt, mission, seed)`` says so
+  (default policy: succeed with the rule RULE in the prompt, on a red-ball mission with "red ball" in
+  the prompt, and on seeds divisible by 4; else "wait").
+* The optimizer LLM is ``fake/optimizer`` (ScriptedLLM) answered by :class:`OptimizerDouble`, which tells
+  the calls apart by their system prompt (cards / pruner / analyzer / mutator), records them, and
+  replies with scripted JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptevo.envs.base import StepResult, TextEnv
+from promptevo.evolve import EvolveConfig, EvolveError, config_from_args, optimize
+from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
+from promptevo.rollout import run_episodes
+from promptevo.segments import Prompt, PromptSet, Segment
+from promptevo.tasks import SeedRange, TaskConfig
+
+RULE = "Always check the mission before answering."
+LEAK = "Always go to the red ball."
+TASK_NAME = "strategy-test"
+TASK = TaskConfig(name=TASK_NAME, family="babyai", goal="goto",
+                  train_seeds=SeedRange(start=0, count=40), heldout_seeds=SeedRange(start=1000, count=40))
+KEYS = ("green", "blue", "purple", "yellow")
+
+
+def mission_of(seed: int) -> str:
+    if seed < 1000 and seed % 2 == 0:
+        return "go to the red ball"
+    return f"go to the {KEYS[seed % 4]} key"
+
+
+class MissionEnv(TextEnv):
+    """Test double env (see the module docstring)."""
+
+    family = "test"
+
+    def __init__(self, task: Any = None):
+        self.seed, self.t, self.ok = 0, 0, False
+
+    valid_actions = property(lambda self: ["wait", "done"])  # type: ignore[assignment]
+    default_action = property(lambda self: "wait")  # type: ignore[assignment]
+    max_steps = property(lambda self: 3)  # type: ignore[assignment]
+    mission = property(lambda self: mission_of(self.seed))  # type: ignore[assignment]
+    progression = property(lambda self: 1.0 if self.ok else 0.0)  # type: ignore[assignment]
+
+    def reset(self, seed: int):
+        self.seed, self.t, self.ok = seed, 0, False
+        return f"seed {seed} step 0: nothing happened yet", {"mission": self.mission}
+
+    def step(self, action: str) -> StepResult:
+        self.t += 1
+        valid = action in ("wait", "done")
+        executed = action if valid else "wait"
+        reward = 0.0
+        if executed == "done":
+            self.ok = True
+            reward = 1.0 - 0.5 * self.t / 3
+        return StepResult(f"seed {self.seed} step {self.t}: you waited", reward, self.ok, False,
+                          {"valid_action": valid, "executed_action": executed, "progression": self.progression})
+
+    def instructions(self) -> str:
+        return "Actions: wait, done"
+
+
+def initial_prompts() -> PromptSet:
+    return PromptSet.of({
+        "descriptor": Prompt((Segment("role", "Describe what you see."),)),
+        "actor": Prompt((
+            Segment("role", "You choose the next action for {mission}."),
+            Segment("rules", "Act carefully."),
+            Segment("tips", "Finish the task as soon as you can; waiting wastes steps and lowers the return."),
+            Segment("output_format", "Answer as <|ACTION|>action<|END|>."),
+        )),
+    })
+
+
+Policy = Callable[[str, str, int], bool]
+
+
+def default_policy(system: str, mission: str, seed: int) -> bool:
+    s = system.lower()
+    if RULE.lower() in s:
+        return True
+    if LEAK.lower() in s and "red ball" in mission:
+        return True
+    return seed % 4 == 0
+
+
+def agent_reply(messages: list[dict], policy: Policy) -> str:
+    system = messages[0]["content"]
+    user = messages[-1]["content"]
+    if system.startswith("Describe"):
+        return user.split("Observation:\n", 1)[-1]
+    mission = re.search(r"Mission: (.*)", user).group(1).strip()  # type: ignore[union-attr]
+    seed = int(re.search(r"seed (\d+) step", user).group(1))  # type: ignore[union-attr]
+    return "<|ACTION|>done<|END|>" if policy(system, mission, seed) else "<|ACTION|>wait<|END|>"
+
+
+def fenced(obj: Any) -> str:
+    return "```json\n" + json.dumps(obj) + "\n```"
+
+
+ANALYSIS = {"attributions": [{"module": "actor", "segment": "rules", "effect": "missing",
+                              "evidence": [{"seed": 1, "step": 2}], "explanation": "nothing says to finish"}],
+            "failure_modes": ["waits until the step limit"],
+            "proposals": [{"module": "actor", "segment": "rules", "op": "rewrite", "idea": "check the mission"}]}
+
+GOOD_CARDS = {"cards": [
+    {"group": "G1", "what_happened": "CARD-G1 answered done at the first step", "where_failed": "",
+     "what_helped": "finishing at once", "refs": ["S0.0"]},
+    {"group": "G2", "what_happened": "CARD-G2 waited until the step limit", "where_failed": "never answered done",
+     "what_helped": "", "refs": ["S1.2"]},
+]}
+
+
+def rewrite_rules(text: str) -> dict:
+    return {"module": "actor", "op": "rewrite", "segment": "rules", "text": text, "rationale": "scripted edit"}
+
+
+NEUTRAL = {"module": "actor", "op": "rewrite", "segment": "role", "text": "You pick the next action for {mission}.",
+           "rationale": "clearer wording"}
+
+
+class OptimizerDouble:
+    """Scripted optimizer: ``mutations[i]`` are the edits of the i-th mutator call (the last repeats)."""
+
+    def __init__(self, mutations: list[list[dict]] | None = None, cards: Any = GOOD_CARDS,
+                 prunes: list[dict] | None = None):
+        self.mutations = mutations or [[rewrite_rules("Act carefully. " + RULE)]]
+        self.cards = cards
+        self.prunes = prunes or []
+        self.calls: list[tuple[str, list[dict]]] = []
+
+    @staticmethod
+    def kind(messages: list[dict]) -> str:
+        system = messages[0]["content"]
+        if system.startswith("You summarise") and "evidence cards" in system:
+            return "cards"
+        if system.startswith("You shorten"):
+            return "pruner"
+        if '"attributions"' in system:
+            return "analyzer"
+        if '"edits"' in system:
+            return "mutator"
+        return "unknown"
+
+    def kinds(self) -> list[str]:
+        return [k for k, _ in self.calls]
+
+    def messages(self, kind: str) -> list[list[dict]]:
+        return [m for k, m in self.calls if k == kind]
+
+    def __call__(self, messages: list[dict]) -> str:
+        kind = self.kind(messages)
+        self.calls.append((kind, messages))
+        if kind == "cards":
+            return self.cards if isinstance(self.cards, str) else fenced(self.cards)
+        if kind == "pruner":
+            return fenced({"edits": self.prunes})
+        if kind == "analyzer":
+            return json.dumps(ANALYSIS)
+        if kind == "mutator":
+            i = min(len(self.messages("mutator")) - 1, len(self.mutations) - 1)
+            return fenced({"edits": self.mutations[i]})
+        return "?"
+
+
+class Runner:
+    """Real run_episodes on MissionEnv; records every (prompt fingerprint, seed) played."""
+
+    def __init__(self):
+        self.played: list[tuple[str, int]] = []
+
+    def __call__(self, task, agent_factory, seeds, *, concurrency=4, on_result=None):
+        fp = agent_factory().prompts.fingerprint()
+
+        def record(r):
+            self.played.append((fp, r.seed))
+            if on_result is not None:
+                on_result(r)
+
+        return run_episodes(task, agent_factory, list(seeds), concurrency=concurrency, on_result=record,
+                            env_factory=MissionEnv)
+
+
+def run(tmp_path: Path, opt: OptimizerDouble, *, policy: Policy = default_policy, name: str = "run", **kw: Any):
+    """optimize() with the doubles; returns (result, optimizer gateway, runner)."""
+    base: dict[str, Any] = dict(task=TASK_NAME, agent="two-stage", generations=1, episodes=4, heldout_episodes=4,
+                                children=1, accept_rule="margin", accept_margin=0.05, concurrency=2, baseline=None,
+                                results_dir=str(tmp_path), run=name)
+    base.update(kw)
+    cfg = EvolveConfig(**base)
+    agw = Gateway(LLMConfig(model="fake/agent", cache_dir=None, num_retries=0))
+    ogw = Gateway(LLMConfig(model="fake/optimizer", cache_dir=None, num_retries=0, max_tokens=2048))
+
+    def responder(messages: list[dict], params: dict) -> str:
+        if params.get("model") == "fake/optimizer":
+            return opt(messages)
+        return agent_reply(messages, policy)
+
+    runner = Runner()
+    with ScriptedLLM.install(responder):
+        res = optimize(cfg, agent_gateway=agw, optimizer_gateway=ogw, task=TASK, initial_prompts=initial_prompts(),
+                       runner=runner, env_instructions="Actions: wait, done", quiet=True)
+    return res, ogw, runner
+
+
+def cands(res) -> dict:
+    return {c.id: c for c in res.candidates}
+
+
+def by_role(gw: Gateway) -> dict:
+    return gw.usage.snapshot()["by_role"]
+
+
+def checkpoint(res) -> dict:
+    return json.loads((res.run_dir / "checkpoint.json").read_text())
+
+
+# =================================================================================================
+# command line
+# =================================================================================================
+
+
+def test_cli_parses_strategy_flags():
+    cfg, _ = config_from_args(["--task", "goto", "--evidence", "cards", "--prune-at", "0.8", "--skills", "x.json",
+                               "--backtest", "--ray"])
+    assert (cfg.evidence, cfg.prune_at, cfg.skills, cfg.backtest, cfg.ray) == ("cards", 0.8, "x.json", True, True)
+    plain, _ = config_from_args(["--task", "goto"])
+    assert (plain.evidence, plain.prune_at, plain.skills, plain.backtest, plain.ray) == ("raw", None, None, False, False)
+    cfg2, _ = config_from_args(["--task", "goto", "--skill-children", "2", "--backtest-episodes", "3"])
+    assert cfg2.skill_children == 2 and cfg2.backtest_episodes == 3
+    with pytest.raises(EvolveError, match="prune"):
+        config_from_args(["--task", "goto", "--prune-at", "1.5"])
+
+
+# =================================================================================================
+# evidence cards
+# =================================================================================================
+
+
+def test_evidence_cards_replace_raw_trajectories(tmp_path):
+    opt = OptimizerDouble()
+    res, ogw, _ = run(tmp_path, opt, evidence="cards")
+    assert opt.kinds() == ["cards", "analyzer", "mutator"]
+    assert by_role(ogw)["cards"]["calls"] == 1
+    cards_user = opt.messages("cards")[0][-1]["content"]
+    assert "Representative episode" in cards_user  # the cards call reads the trajectories ...
+    analyzer_user = opt.messages("analyzer")[0][-1]["content"]
+    assert "Evidence cards" in analyzer_user  # ... the analyzer reads the cards instead
+    assert "CARD-G1 answered done" in analyzer_user and "CARD-G2 waited" in analyzer_user
+    assert "[G1] success" in analyzer_user and "[G2] failure: ran out of steps" in analyzer_user
+    assert "=== Episode seed=" not in analyzer_user and "Representative episode" not in analyzer_user
+
+    blob = json.loads((res.run_dir / "analyses/gen-001.json").read_text())
+    assert blob["cards"]["ok"] is True and blob["cards"]["n_episodes"] == 4
+    assert [(c["group"], c["n"], c["source"]) for c in blob["cards"]["cards"]] == [
+        ("success", 1, "llm"), ("failure: ran out of steps", 3, "llm")]
+    assert blob["cards"]["cards"][0]["seeds"] == [0] and blob["cards"]["cards"][1]["seeds"] == [1, 2, 3]
+    assert blob["analysis"]["ok"] and sorted(blob["analysis"]["seeds"]) == [0, 1, 2, 3]
+
+    g1 = res.report["strategies"]["generations"][0]
+    assert g1["mode"] == "mutate"
+    assert {"cards", "analyzer", "mutator"} <= set(g1["optimizer_tokens"])
+    assert g1["optimizer_tokens"]["cards"] > 0 and g1["optimizer_tokens"]["analyzer"] > 0
+    assert g1["optimizer_tokens_total"] == sum(g1["optimizer_tokens"].values())
+    assert res.report["strategies"]["enabled"]["evidence"] == "cards"
+    assert res.best_id == "c1"  # the loop still works: the rule is promoted
+    assert "Evidence: cards" in (res.run_dir / "report.md").read_text()
+
+
+def test_garbage_cards_reply_falls_back_to_statistics(tmp_path):
+    opt = OptimizerDouble(cards="I cannot summarise these {not json")
+    res, ogw, _ = run(tmp_path, opt, evidence="cards")
+    assert res.stop_reason == "completed 1 generations"
+    assert opt.kinds() == ["cards", "cards", "analyzer", "mutator"]  # one corrective retry, then fallback
+    assert by_role(ogw)["cards"]["calls"] == 2
+    blob = json.loads((res.run_dir / "analyses/gen-001.json").read_text())
+    assert blob["cards"]["ok"] is False and blob["cards"]["error"]
+    assert [c["source"] for c in blob["cards"]["cards"]] == ["fallback", "fallback"]
+    analyzer_user = opt.messages("analyzer")[0][-1]["content"]
+    assert "Evidence cards" in analyzer_user and "(from statistics only)" in analyzer_user
+    assert "=== Episode seed=" not in analyzer_user
+    assert blob["analysis"]["ok"] and res.best_id == "c1"
+
+
+# =================================================================================================
+# scaffold pruning
+# =================================================================================================
+
+
+def always(system: str, mission: str, seed: int) -> bool:
+    return True
+
+
+DELETE_TIPS = {"module": "actor", "op": "delete", "segment": "tips", "text": "", "rationale": "redundant advice"}
+DELETE_RULES = {"module": "actor", "op": "delete", "segment": "rules", "text": "", "rationale": "redundant rules"}
+
+
+def test_prune_generation_removes_a_segment_the_agent_no_longer_needs(tmp_path):
+    opt = OptimizerDouble(prunes=[DELETE_TIPS, DELETE_RULES])
+    res, ogw, _ = run(tmp_path, opt, policy=always, prune_at=0.8, children=2)
+    ck = checkpoint(res)
+    assert ck["generations"][0]["mode"] == "prune"
+    assert res.report["strategies"]["generations"][0]["mode"] == "prune"
+    assert opt.kinds() == ["pruner"]  # no diagnosis, no mutation in a pruning generation
+    assert "pruner" in by_role(ogw) and "analyzer" not in by_role(ogw) and "mutator" not in by_role(ogw)
+    cs = cands(res)
+    c1, c2 = cs["c1"], cs["c2"]
+    assert {(c.kind, c.edit["op"], c.edit["segment"]) for c in (c1, c2)} == {("prune", "delete", "tips"),
+                                                                             ("prune", "delete", "rules")}
+    assert all(c.prompt_tokens_saved and c.prompt_tokens_saved > 0 for c in (c1, c2))
+    assert c1.status == "promoted" and c1.edit["segment"] == "tips"  # tips is the larger segment
+    assert c2.status == "accepted"
+    assert c1.promotion["accepted"] and c1.promotion["rule"] == "prune-within-interval"
+    assert res.best_id == "c1" and "tips" not in res.best_prompts.module("actor").names
+    pt = res.report["strategies"]["prompt_tokens"]
+    assert pt["best"] < pt["initial"] and pt["initial"] - pt["best"] == c1.prompt_tokens_saved
+    blob = json.loads((res.run_dir / "analyses/gen-001.json").read_text())
+    assert blob["mode"] == "prune" and "pruning" in blob
+    assert [p["candidate"] for p in res.report["strategies"]["pruned"]] == ["c1", "c2"]
+
+
+def needs_both(system: str, mission: str, seed: int) -> bool:
+    """Without actor.rules the agent fails everywhere; without actor.tips it fails on held-out seeds."""
+    if "Act carefully" not in system:
+        return False
+    if seed >= 1000 and "waiting wastes steps" not in system:
+        return False
+    return True
+
+
+def test_prune_that_breaks_success_is_not_promoted(tmp_path):
+    opt = OptimizerDouble(prunes=[DELETE_RULES, DELETE_TIPS])
+    res, _, _ = run(tmp_path, opt, policy=needs_both, prune_at=0.8, children=2)
+    assert checkpoint(res)["generations"][0]["mode"] == "prune"
+    cs = cands(res)
+    assert cs["c1"].edit["segment"] == "rules" and cs["c1"].status == "rejected"  # worse on training seeds
+    assert cs["c1"].verdict["mean_diff"] < 0
+    # tips: no worse on the training seeds, but held-out success falls outside the interval
+    assert cs["c2"].edit["segment"] == "tips" and cs["c2"].verdict["accepted"]
+    assert cs["c2"].status == "not-promoted" and not cs["c2"].promotion["accepted"]
+    assert cs["c2"].promotion["child_rate"] == 0.0 and cs["c2"].promotion["best_rate"] == 1.0
+    assert res.best_id == "c0"
+    pt = res.report["strategies"]["prompt_tokens"]
+    assert pt["best"] == pt["initial"]
+
+
+def test_below_threshold_mutates_then_prunes_once_competent(tmp_path):
+    opt = OptimizerDouble(prunes=[DELETE_TIPS])
+    res, ogw, _ = run(tmp_path, opt, prune_at=0.8, generations=2)
+    gens = checkpoint(res)["generations"]
+    # gen 1: initial held-out success 1/4 < 80% -> mutate; its rule is promoted (4/4) -> gen 2 prunes
+    assert [g["mode"] for g in gens] == ["mutate", "prune"]
+    assert opt.kinds() == ["analyzer", "mutator", "pruner"]
+    cs = cands(res)
+    assert cs["c1"].kind == "mutation" and cs["c1"].status == "promoted"
+    assert cs["c2"].kind == "prune" and cs["c2"].parent == "c1" and cs["c2"].status == "promoted"
+    assert res.best_id == "c2"
+    assert by_role(ogw)["pruner"]["calls"] == 1
+
+
+def test_prune_at_not_reached_stays_mutate(tmp_path):
+    opt = OptimizerDouble(mutations=[[NEUTRAL]], prunes=[DELETE_TIPS])
+    res, ogw, _ = run(tmp_path, opt, prune_at=0.8, generations=2)
+    assert [g["mode"] for g in checkpoint(res)["generations"]] == ["mutate", "mutate"]
+    assert "pruner" not in by_role(ogw) and "pruner" not in opt.kinds()
+    assert all(c.kind == "mutation" for c in res.candidates if c.id != "c0")
+
+
+# =================================================================================================
+# skill library
+# =================================================================================================
+
+
+def write_library(path: Path, text: str = RULE, task: str = "pickup-elsewhere") -> str:
+    from promptevo.skills import Skill, SkillLibrary
+
+    sk = Skill(module="actor", segment="rules", text=text, task=task, family="babyai", run="old-run", gain=0.5, n=8)
+    SkillLibrary([sk]).save(path)
+    return sk.id
+
+
+def test_library_skill_is_inserted_as_a_child_and_its_use_recorded(tmp_path):
+    lib_path = tmp_path / "skills.json"
+    sid = write_library(lib_path)
+    opt = OptimizerDouble(mutations=[[NEUTRAL]])
+    res, _, _ = run(tmp_path, opt, name="skills-a", skills=str(lib_path), children=2, skill_children=1)
+    cs = cands(res)
+    c1, c2 = cs["c1"], cs["c2"]
+    assert c1.kind == "skill" and c1.skill == sid
+    assert c1.edit["op"] == "add" and c1.edit["module"] == "actor" and c1.edit["text"] == RULE
+    assert c1.edit["segment"] == "skill-rules" and sid in c1.edit["rationale"]
+    assert c1.prompt_set().module("actor").names == ["role", "rules", "tips", "skill-rules", "output_format"]
+    assert c2.kind == "mutation"
+    # the mutator was offered the skill, and asked for the remaining child only
+    mut_user = opt.messages("mutator")[0][-1]["content"]
+    assert "Reusable skills learned on other tasks" in mut_user and sid in mut_user
+    assert "Propose 1 different edits" in mut_user
+    assert c1.status == "promoted" and res.best_id == "c1"
+    lib = json.loads(lib_path.read_text())
+    assert len(lib["skills"]) == 1  # a promoted skill child is not stored again
+    uses = lib["skills"][0]["uses"]
+    assert len(uses) == 1
+    assert uses[0]["task"] == TASK_NAME and uses[0]["run"] == "skills-a" and uses[0]["outcome"] == "promoted"
+    assert uses[0]["gain"] is not None and uses[0]["gain"] > 0
+    assert res.report["strategies"]["skill_children"] == [{"candidate": "c1", "skill": sid, "status": "promoted"}]
+    blob = json.loads((res.run_dir / "analyses/gen-001.json").read_text())
+    assert blob["children"] == [{"id": "c1", "kind": "skill", "skill": sid}, {"id": "c2", "kind": "mutation", "skill": None}]
+
+
+def test_skill_learned_on_the_same_task_is_not_offered(tmp_path):
+    lib_path = tmp_path / "skills.json"
+    write_library(lib_path, task=TASK_NAME)
+    opt = OptimizerDouble(mutations=[[NEUTRAL]])
+    res, _, _ = run(tmp_path, opt, skills=str(lib_path), children=2)
+    assert all(c.kind == "mutation" for c in res.candidates if c.id != "c0")
+    assert "Reusable skills" not in opt.messages("mutator")[0][-1]["content"]
+
+
+def test_missing_library_is_created_with_the_promoted_mutation(tmp_path):
+    lib_path = tmp_path / "lib" / "skills.json"
+    assert not lib_path.exists()
+    opt = OptimizerDouble()  # rewrite actor.rules with RULE: promoted
+    res, _, _ = run(tmp_path, opt, name="skills-b", skills=str(lib_path))
+    c1 = cands(res)["c1"]
+    assert c1.kind == "mutation" and c1.status == "promoted"
+    lib = json.loads(lib_path.read_text())
+    assert len(lib["skills"]) == 1
+    sk = lib["skills"][0]
+    assert (sk["module"], sk["segment"], sk["text"]) == ("actor", "rules", "Act carefully. " + RULE)
+    assert sk["task"] == TASK_NAME and sk["family"] == "babyai" and sk["run"] == "skills-b"
+    assert sk["gain"] == pytest.approx(c1.promotion["mean_diff"]) and sk["gain"] > 0 and sk["n"] == 4
+    assert sk["train_gain"] == pytest.approx(c1.verdict["mean_diff"])
+    assert sk["uses"] == []
+
+
+def test_corrupt_library_is_a_one_line_error(tmp_path):
+    lib_path = tmp_path / "skills.json"
+    lib_path.write_text('{"version": 1, "skills": [')
+    with pytest.raises(EvolveError) as e:
+        run(tmp_path, OptimizerDouble(), skills=str(lib_path))
+    msg = str(e.value)
+    assert "\n" not in msg and "corrupt skill library" in msg and str(lib_path) in msg
+    lib_path.write_text(json.dumps({"version": 1, "skills": [{"module": "actor"}]}))
+    with pytest.raises(EvolveError) as e2:
+        run(tmp_path, OptimizerDouble(), name="run2", skills=str(lib_path))
+    assert "\n" not in str(e2.value) and "corrupt skill library" in str(e2.value)
+    assert lib_path.read_text() == json.dumps({"version": 1, "skills": [{"module": "actor"}]})  # left as it was
+
+
+# =================================================================================================
+# backtest and validity diagnostics
+# =================================================================================================
+
+
+def test_backtest_replays_a_gen2_promotion_on_gen1_seeds_and_leaky_edit_never_wins(tmp_path):
+    # gen 1: the mutator hard-codes the training missions' "red ball" (helps on training seeds only);
+    # gen 2: the general rule (helps everywhere)
+    opt = OptimizerDouble(mutations=[[rewrite_rules("Act carefully. " + LEAK)], [rewrite_rules("Act carefully. " + RULE)]])
+    res, _, runner = run(tmp_path, opt, generations=2, backtest=True)
+    ck = checkpoint(res)
+    g1, g2 = ck["generations"]
+    assert g1["seeds"] == [0, 1, 2, 3] and g2["seeds"] == [4, 5, 6, 7]
+    cs = cands(res)
+    c1, c2 = cs["c1"], cs["c2"]
+    # the leaky edit: accepted on training seeds, no held-out gain, flagged by the leak check
+    assert c1.verdict["accepted"] and c1.status in ("vetoed", "not-promoted")
+    assert c1.validity is not None and "leak" in c1.validity["checks"]
+    leak = [v for v in c1.validity["vetoes"] if v["check"] == "leak"]
+    assert leak and "red ball" in leak[0]["details"]["phrases"]
+    assert c1.validity["backtest_seeds"] == []  # gen 1 has no earlier seeds
+    assert all(not (g.get("promotion") or {}).get("promoted") or g["promotion"]["candidate"] != "c1"
+               for g in ck["generations"])
+    # the general rule in gen 2: replayed on gen 1's seeds before its promotion
+    assert c2.parent == "c0" and c2.status == "promoted" and res.best_id == "c2"
+    assert c2.validity["ok"] and "backtest" in c2.validity["checks"]
+    assert c2.validity["backtest_seeds"] == [0, 1, 2, 3] and c2.validity["backtest"]["n"] == 4
+    assert sorted(int(s) for s in c2.train) == list(range(8))
+    rows = [json.loads(x) for x in (res.run_dir / "episodes.jsonl").read_text().splitlines()]
+    c2_seeds = sorted(r["seed"] for r in rows if r["key"] == c2.fingerprint)
+    assert [s for s in c2_seeds if s < 1000] == list(range(8))
+    assert {s for fp, s in runner.played if fp == c2.fingerprint} >= {0, 1, 2, 3}
+    assert ck["generations"][1]["promotion"]["validity"]["backtest_seeds"] == [0, 1, 2, 3]
+    md = (res.run_dir / "report.md").read_text()
+    assert "## Strategies" in md and "backtest: on" in md and "Validity diagnostics ran on 2 candidate(s)" in md
+    assert res.report["strategies"]["validity_checked"] == 2
+
+
+def test_leaky_edit_that_also_helps_held_out_is_vetoed(tmp_path):
+    opt = OptimizerDouble(mutations=[[rewrite_rules("Act carefully. " + LEAK + " " + RULE)]])
+    res, _, _ = run(tmp_path, opt, backtest=True)
+    c1 = cands(res)["c1"]
+    assert c1.promotion["accepted"]  # it passed the held-out gate ...
+    assert c1.status == "vetoed" and res.best_id == "c0"  # ... but hard-codes a training mission
+    assert [v["check"] for v in c1.validity["vetoes"]] == ["leak"]
+    outcomes = {h["candidate"]: h["outcome"] for h in checkpoint(res)["history"]}
+    assert outcomes["c1"] == "passed held-out check, vetoed by validity diagnostics"
+    assert res.report["strategies"]["vetoed"][0]["candidate"] == "c1"
+    assert "vetoed: c1 (leak)" in (res.run_dir / "report.md").read_text()
+
+
+def test_backtest_vetoes_a_child_worse_on_earlier_seeds(tmp_path):
+    trick = "Answer done at once."
+
+    def policy(system: str, mission: str, seed: int) -> bool:
+        if trick in system:
+            return seed >= 4  # helps on gen 2's seeds and held-out, hurts on gen 1's seeds
+        return default_policy(system, mission, seed)
+
+    opt = OptimizerDouble(mutations=[[NEUTRAL], [rewrite_rules("Act carefully. " + trick)]])
+    res, _, _ = run(tmp_path, opt, policy=policy, generations=2, backtest=True)
+    cs = cands(res)
+    assert cs["c1"].status == "rejected"
+    c2 = cs["c2"]
+    assert c2.promotion["accepted"] and c2.status == "vetoed" and res.best_id == "c0"
+    assert [v["check"] for v in c2.validity["vetoes"]] == ["backtest"]
+    assert c2.validity["backtest"]["n"] == 4 and c2.validity["backtest"]["mean_diff"] < 0
+
+
+def test_no_strategies_no_strategies_section(tmp_path):
+    res, _, _ = run(tmp_path, OptimizerDouble())
+    assert "## Strategies" not in (res.run_dir / "report.md").read_text()
+    assert cands(res)["c1"].validity is None and cands(res)["c1"].kind == "mutation"
+
+
+# =================================================================================================
+# Ray
+# =================================================================================================
+
+
+def scripted_everything():
+    """A responder for agent and optimizer calls (nested so cloudpickle ships it to Ray workers by value).
+
+    Agent: the descriptor echoes the observation; the actor walks to the target greedily when its prompt
+    has the tip "Prefer going forward toward the target." (the mutator's edit), else picks a move by a
+    hash of its messages. Optimizer: a fixed diagnosis and that one edit.
+    """
+
+    def responder(messages: list[dict]) -> str:
+        import hashlib
+        import json as _json
+        import re as _re
+
+        system, user = messages[0]["content"], messages[-1]["content"]
+        if '"attributions"' in system:
+            return _json.dumps({"attributions": [], "failure_modes": ["wanders"], "proposals": []})
+        if '"edits"' in system:
+            return _json.dumps({"edits": [{"module": "actor", "op": "add", "segment": "tips",
+                                           "text": "Prefer going forward toward the target.", "rationale": "test"}]})
+        if "\nObservation:\n" in user:
+            return user.split("\nObservation:\n", 1)[1]
+        if "Prefer going forward toward the target." in system:
+            m = _re.search(r"Mission: go to the (\w+ \w+)", user)
+            target = f"a {m.group(1)} " if m else "?"
+            for line in user.split("Description:", 1)[-1].splitlines():
+                if line.strip().startswith(target):
+                    if _re.search(r"\d+ steps? forward", line):
+                        return "<|ACTION|>go forward<|END|>"
+                    return "<|ACTION|>turn right<|END|>" if "right" in line else "<|ACTION|>turn left<|END|>"
+            return "<|ACTION|>turn left<|END|>"
+        moves = ["go forward", "turn left", "go forward", "turn right"]
+        h = hashlib.sha256((system + user).encode()).digest()[0]
+        return f"Step {h}. <|ACTION|>{moves[h % len(moves)]}<|END|>"
+
+    return responder
+
+
+def ray_worker_setup():
+    def setup() -> None:
+        from promptevo.llm import ScriptedLLM
+        from promptevo.scaleout import keep_entered
+
+        keep_entered(ScriptedLLM.install(responder))
+
+    responder = scripted_everything()
+    return setup
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def test_ray_run_equals_local_run(ray_session, tmp_path, monkeypatch):
+    pytest.importorskip("minigrid")
+    from promptevo import scaleout
+    from promptevo.tasks import load_task
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    task = load_task("goto").model_copy(update={"max_steps": 8})
+    ray_calls = []
+    real = scaleout.run_episodes_ray
+
+    def counting(*a, **kw):
+        ray_calls.append(len(a[2]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(scaleout, "run_episodes_ray", counting)
+
+    def go(name: str, ray: bool):
+        cfg = EvolveConfig(task="goto", model="fake/scripted", no_cache=True, generations=1, episodes=3,
+                           heldout_episodes=3, children=1, baseline=None, concurrency=2,
+                           results_dir=str(tmp_path), run=name, ray=ray)
+        with ScriptedLLM.install(scripted_everything()):
+            return optimize(cfg, task=task, env_instructions="BabyAI", quiet=True, worker_setup=ray_worker_setup())
+
+    try:
+        local = go("local", False)
+        assert ray_calls == []
+        remote = go("ray", True)
+    finally:
+        scaleout.reset_process_state()
+    assert ray_calls and sum(ray_calls) >= 3 + 3 + 3 + 3  # all episodes went through Ray
+
+    def view(res):
+        return {c.id: (c.fingerprint, c.status, c.train, c.heldout) for c in res.candidates}
+
+    assert set(view(local)) == {"c0", "c1"}
+    assert view(remote) == view(local)
+    assert local.best_id == remote.best_id == "c1"  # the greedy tip is promoted in both runs
+    assert all(r["steps"] > 0 and r["tokens"] > 0 for c in remote.candidates for r in c.heldout.values())
+    # the workers' LLM usage reached the driver's accounting
+    assert checkpoint(remote)["usage"]["tokens"] == checkpoint(local)["usage"]["tokens"]
+
+
+def test_vetoed_candidate_counts_as_accepted_on_training_seeds(tmp_path):
+    opt = OptimizerDouble(mutations=[[rewrite_rules("Act carefully. " + LEAK + " " + RULE)]])
+    res, _, _ = run(tmp_path, opt, backtest=True)
+    c1 = cands(res)["c1"]
+    assert c1.status == "vetoed" and c1.verdict["accepted"]
+    assert res.report["accepted"] == 1
+    assert "accepted on training seeds: 1" in (res.run_dir / "report.md").read_text()
