@@ -1468,6 +1468,7 @@ def _build_parser() -> Any:
     a("--alpha", type=float, help="sign-test level for --accept-rule paired (default 0.05)")
     a("--promote-margin", type=float, help="held-out mean difference needed to promote (default 0)")
     a("--metric", choices=["return", "success", "progression"], help="per-episode score (default return)")
+    a("--optimizer-max-tokens", type=int, help="max tokens per analyzer/mutator reply (default 2048)")
     a("--budget-calls", type=int, dest="budget_llm_calls", help="stop after this many LLM calls")
     a("--budget-tokens", type=int, dest="budget_tokens", help="stop after this many tokens")
     a("--budget-dollars", type=float, dest="budget_dollars", help="stop after this much spend (USD)")
