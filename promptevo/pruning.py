@@ -38,6 +38,7 @@ from promptevo.analyzer import (
     render_history,
     render_template,
 )
+from promptevo.evolve import Verdict
 from promptevo.mutator import MutatorReply, Proposals, check_edit, repair_edit
 from promptevo.scoring import paired_diff, wilson_interval
 from promptevo.segments import Edit, PromptSet, sanitize_text
@@ -291,18 +292,9 @@ def propose_prunes(
 
 # -- held-out gate ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PruneVerdict:
-    """The fields of :class:`promptevo.evolve.Verdict` plus the rates and the interval used."""
+class PruneVerdict(Verdict):
+    """:class:`promptevo.evolve.Verdict` plus the rates and the interval used."""
 
-    accepted: bool
-    rule: str
-    n: int
-    mean_diff: float
-    wins: int
-    losses: int
-    ties: int
-    p_value: float
-    reason: str
     child_rate: float = 0.0
     best_rate: float = 0.0
     best_ci95: tuple[float, float] = (0.0, 1.0)
