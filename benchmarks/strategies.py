@@ -150,7 +150,8 @@ def ray_check(exe: list[str], a: argparse.Namespace, model: list[str], out: Path
     walls = {}
     for mode in ("local", "ray"):
         extra = ["--ray"] if mode == "ray" else []
-        rc, walls[mode] = run(exe + common + extra + ["--run-name", str(out / f"eval-{mode}")], out / f"eval-{mode}.log")
+        rc, walls[mode] = run(exe + common + extra + ["--results-dir", str(out), "--run-name", f"eval-{mode}"],
+                                out / f"eval-{mode}.log")
     timing = {"wall_s", "latency_s", "duration_s", "started", "finished", "time", "timestamp"}
 
     def load(mode: str) -> list[dict]:

@@ -197,7 +197,7 @@ def call_json(
                 msgs, role=role, temperature=temperature, max_tokens=max_tokens, seed=seed, **kw
             )
         except Exception as e:  # noqa: BLE001 - classified below
-            if config_error is not None and isinstance(e, config_error):
+            if config_error is not None and isinstance(e, config_error) and not _is_context_error(e):
                 raise
             if not isinstance(e, llm_error) and not isinstance(e, (RuntimeError, TimeoutError)):
                 raise
@@ -232,6 +232,15 @@ def call_json(
                 },
             ]
     return None, raw, err, usage
+
+
+def _is_context_error(e: BaseException) -> bool:
+    """The prompt did not fit the model's window: this call fails, the run goes on (with fallbacks)."""
+    try:
+        from promptevo.llm import LLMContextError
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(e, LLMContextError)
 
 
 def scrub_copied(obj: Any, copied: Sequence[str]) -> Any:
@@ -510,12 +519,16 @@ def build_analyzer_messages(
     max_steps_shown: int = 30,
     template_path: str | Path | None = None,
     evidence: "str | CardSet | None" = None,
+    obs_chars: int = 300,
+    max_prompt_tokens: int | None = None,
 ) -> tuple[list[dict], list[int]]:
     """(messages, seeds covered) of the analyzer call.
 
     By default the user message shows raw trajectories of :func:`select_episodes`. With ``evidence``
     (the text of :meth:`promptevo.cards.CardSet.render`, or a CardSet) the episodes section is replaced
     by those evidence cards, and the seeds covered are all seeds of ``results``.
+    ``max_prompt_tokens`` (see :func:`prompt_budget`): raw trajectories are shortened until the
+    estimated prompt fits.
     """
     system_t, user_t = load_template("analyzer", template_path)
     ex_mod, ex_seg = example_target(prompts)
@@ -527,6 +540,17 @@ def build_analyzer_messages(
         "history": render_history(history),
         "stats": _stats_line(results),
     }
+    if evidence is None and max_prompt_tokens:
+        # shrink the raw trajectories (fewer steps, shorter observations, fewer episodes) until the
+        # prompt fits the model's window; the last setting is used even if it still does not fit
+        for n_traj, n_steps, obs in _shrink_steps(max_trajectories, max_steps_shown):
+            msgs, seeds = build_analyzer_messages(
+                prompts, results, env_instructions=env_instructions, history=history,
+                max_trajectories=n_traj, max_steps_shown=n_steps, obs_chars=obs,
+                template_path=template_path)
+            if estimate_tokens(msgs) <= max_prompt_tokens:
+                break
+        return msgs, seeds
     if evidence is not None:
         text = evidence if isinstance(evidence, str) else evidence.render()
         section_t = load_template_segment("analyzer", "evidence", template_path) or _DEFAULT_EVIDENCE_SECTION
@@ -535,7 +559,8 @@ def build_analyzer_messages(
         seeds = sorted({int(_get(r, "seed", -1)) for r in results})
     else:
         picked = select_episodes(results, max_trajectories)
-        values["trajectories"] = "\n\n".join(render_episode(r, max_steps_shown=max_steps_shown) for r in picked)
+        values["trajectories"] = "\n\n".join(
+            render_episode(r, max_steps_shown=max_steps_shown, obs_chars=obs_chars) for r in picked)
         section_t = load_template_segment("analyzer", "episodes", template_path) or "Episodes:\n\n${trajectories}"
         values["episodes_section"] = render_template(section_t, trajectories=values["trajectories"])
         seeds = [int(_get(r, "seed", -1)) for r in picked]
@@ -544,6 +569,33 @@ def build_analyzer_messages(
         {"role": "user", "content": render_template(user_t, **values)},
     ]
     return msgs, seeds
+
+
+def estimate_tokens(messages: Sequence[dict]) -> int:
+    """A deliberately high estimate of a chat prompt's tokens (2.5 characters per token, plus framing);
+    no tokenizer is needed. Grid observations are the densest text here (measured 2.6 characters per
+    Qwen2.5 token on MAPF trajectories; English prose is near 4), so it errs towards shortening."""
+    return sum(len(str(m.get("content") or "")) * 2 // 5 + 8 for m in messages)
+
+
+def prompt_budget(gateway: Any, max_tokens: int | None, margin: int = 64) -> int | None:
+    """Prompt tokens left for a call on ``gateway`` that may generate ``max_tokens`` (None: unknown)."""
+    window = getattr(gateway, "context_window", None)
+    try:
+        n = window() if callable(window) else None
+    except Exception:  # noqa: BLE001 - no window known
+        n = None
+    if not n:
+        return None
+    return max(256, int(n) - int(max_tokens or 0) - margin)
+
+
+def _shrink_steps(max_trajectories: int, max_steps_shown: int) -> list[tuple[int, int, int]]:
+    """Ever shorter (episodes, steps shown, observation chars) settings for a raw-trajectory prompt."""
+    t, k = max_trajectories, max_steps_shown
+    out = [(t, k, 300), (t, max(4, k // 2), 200), (max(1, t // 2), max(4, k // 2), 160),
+           (max(1, t // 2), max(4, k // 4), 120), (min(t, 2), 4, 100), (1, 4, 80)]
+    return list(dict.fromkeys(out))
 
 
 _DEFAULT_EVIDENCE_SECTION = (
@@ -613,6 +665,7 @@ def analyze(
         max_steps_shown=max_steps_shown,
         template_path=template_path,
         evidence=evidence,
+        max_prompt_tokens=prompt_budget(gateway, max_tokens),
     )
     parsed, raw, err, usage = call_json(
         gateway,

@@ -31,9 +31,11 @@ from promptevo.analyzer import (
     _get,
     _stats_line,
     call_json,
+    estimate_tokens,
     example_strings,
     json_grammar_for,
     load_template,
+    prompt_budget,
     render_episode,
     render_template,
 )
@@ -522,10 +524,15 @@ def build_cards(
     fingerprint = prompts.fingerprint() if hasattr(prompts, "fingerprint") else ""
     if not results:
         return CardSet(ok=False, error="no episodes to summarise", prompt_fingerprint=fingerprint)
-    msgs, groups = build_cards_messages(
-        results, env_instructions=env_instructions, max_steps_shown=max_steps_shown, obs_chars=obs_chars,
-        template_path=template_path,
-    )
+    budget = prompt_budget(gateway, max_tokens)
+    groups = None
+    for k, oc in ((max_steps_shown, obs_chars), (max(4, max_steps_shown // 2), min(obs_chars, 80)), (4, 60)):
+        msgs, groups = build_cards_messages(
+            results, env_instructions=env_instructions, max_steps_shown=k, obs_chars=oc,
+            template_path=template_path, groups=groups,
+        )
+        if budget is None or estimate_tokens(msgs) <= budget:
+            break  # the representatives are shortened until the prompt fits the model's window
     parsed, raw, err, usage = call_json(
         gateway,
         msgs,

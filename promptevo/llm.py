@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "LLMError",
     "LLMConfigError",
+    "LLMContextError",
     "LLMReplyError",
     "LLMConfig",
     "Completion",
@@ -85,6 +86,11 @@ class LLMError(Exception):
 
 class LLMConfigError(LLMError):
     """Unknown model/provider, missing API key, bad api_base or bad request: never retried."""
+
+
+class LLMContextError(LLMConfigError):
+    """Prompt plus max_tokens do not fit in the model's context window (not retried: same prompt, same
+    result). Callers that can shorten their prompt (the analyzer, the engineer) catch this one."""
 
 
 class LLMReplyError(LLMError):
@@ -680,6 +686,22 @@ class Gateway:
         """True for local/ and fake/ models: no cost, ``grammar`` is honoured."""
         return self.provider in IN_PROCESS_PROVIDERS
 
+    def context_window(self) -> int | None:
+        """Prompt tokens the model accepts (None when unknown): the local model's n_ctx, else LiteLLM's
+        model info. Callers use it to shorten long prompts before calling."""
+        if self.provider == "local":
+            from promptevo import localmodel  # noqa: PLC0415
+
+            return int(localmodel.OPTIONS.n_ctx)
+        if self.provider == "fake":
+            return None
+        try:
+            info = _litellm().get_model_info(self.config.model)
+        except Exception:  # noqa: BLE001 - unknown models simply have no known window
+            return None
+        n = info.get("max_input_tokens") or info.get("max_tokens")
+        return int(n) if n else None
+
     def check(self) -> None:
         """Validate the model string and credentials without calling the model.
 
@@ -864,6 +886,9 @@ class Gateway:
             return LLMError(f"model {model}: gave up after {attempts} attempt(s) (role {role}): "
                             f"{detail}", model=model, role=role, attempts=attempts)
         kind = _config_error_kind(exc)
+        if isinstance(exc, _litellm().exceptions.ContextWindowExceededError):
+            return LLMContextError(f"model {model}: {kind}: {detail}", model=model, role=role,
+                                   attempts=attempts)
         return LLMConfigError(f"model {model}: {kind}: {detail}", model=model, role=role,
                               attempts=attempts)
 

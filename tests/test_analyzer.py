@@ -301,3 +301,71 @@ def test_a_reply_that_copies_only_part_of_the_example_keeps_its_own_findings():
     assert a.failure_modes == ["turns in circles near walls"]
     assert a.attributions  # the model's own attributions survive
     assert scrub_copied({"a": [copied_text]}, [copied_text]) == {"a": []}
+
+
+def long_episode(seed: int, steps: int = 60) -> EpisodeResult:
+    """A failed episode with grid-like observations of ~400 characters per step (MAPF-sized)."""
+    ep = episode(seed, False, steps)
+    for t, st in enumerate(ep.trajectory):
+        st["observation"] = "\n".join(f"row {r}: " + " ".join("FHG.A"[(r + c + t) % 5] for c in range(12))
+                                      for r in range(12))
+        st["action"] = st["executed_action"] = ["go forward", "turn left", "turn right"][t % 3]
+        st["description"] = f"agent at row {t % 7}, the goal is {t % 5} rows down " * 3
+    return ep
+
+
+def test_raw_trajectories_are_shortened_to_fit_the_models_window():
+    from promptevo.analyzer import build_analyzer_messages, estimate_tokens
+
+    eps = [long_episode(s) for s in range(6)]
+    full, seeds_full = build_analyzer_messages(two_stage_prompts(), eps)
+    assert estimate_tokens(full) > 8000
+    for budget in (6000, 3000, 1500):
+        msgs, seeds = build_analyzer_messages(two_stage_prompts(), eps, max_prompt_tokens=budget)
+        assert estimate_tokens(msgs) <= budget, budget
+        assert seeds and set(seeds) <= set(seeds_full)
+        assert "S0." in msgs[1]["content"] or "S0." in msgs[0]["content"]  # still real evidence
+
+
+def test_analyze_fits_its_prompt_to_the_gateway_context_window(monkeypatch):
+    from promptevo.analyzer import estimate_tokens
+
+    gw = scripted_gateway()
+    monkeypatch.setattr(gw, "context_window", lambda: 4096)
+    seen = []
+
+    def reply(messages):
+        seen.append(estimate_tokens(messages))
+        return json.dumps(GOOD_REPLY)
+
+    with ScriptedLLM.install(reply):
+        a = analyze(two_stage_prompts(), [long_episode(s) for s in range(6)], gw, max_tokens=1024)
+    assert a.ok
+    assert seen and seen[0] <= 4096 - 1024
+
+
+def test_a_prompt_longer_than_the_window_fails_the_call_not_the_run():
+    """The gateway maps LiteLLM's ContextWindowExceededError to LLMContextError; the analyzer
+    returns an unusable analysis (the loop falls back) instead of stopping the run."""
+    import litellm
+
+    from promptevo.llm import LLMConfigError, LLMContextError
+
+    def too_long(messages):
+        return litellm.ContextWindowExceededError(message="prompt too long", model="scripted",
+                                                   llm_provider="fake")
+
+    with ScriptedLLM.install(too_long):
+        with pytest.raises(LLMContextError) as ei:
+            scripted_gateway().complete([{"role": "user", "content": "hi"}], role="agent")
+        assert isinstance(ei.value, LLMConfigError) and "too long" in str(ei.value)
+        a = analyze(two_stage_prompts(), [episode(1, False)], scripted_gateway())
+    assert not a.ok and "LLM call failed" in (a.error or "")
+
+
+def test_context_window_known_for_local_models_unknown_for_the_test_double():
+    from promptevo import localmodel
+
+    assert scripted_gateway().context_window() is None
+    local = Gateway(LLMConfig(model="local/qwen2.5-coder-1.5b", cache_dir=None))
+    assert local.context_window() == localmodel.OPTIONS.n_ctx

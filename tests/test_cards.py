@@ -303,3 +303,23 @@ def test_analyzer_prompt_with_cards_is_shorter_than_with_raw_trajectories():
     # and the cards call shows compact trajectories (12 steps, short observations)
     msgs, _ = build_cards_messages(eps)
     assert msgs[1]["content"].count(" obs: ") <= 12 * len(group_episodes(eps))
+
+
+def test_cards_prompt_is_shortened_to_fit_the_models_window(monkeypatch):
+    from promptevo.analyzer import estimate_tokens
+
+    eps = [make_episode(s, k, steps=40, obs_pad=8) for s, k in enumerate(["loop", "invalid", "wander", "win"])]
+    full, _ = build_cards_messages(eps)
+    gw = scripted_gateway()
+    budget_window = 1024 + 64 + estimate_tokens(full) * 2 // 3  # room for two thirds of the full prompt
+    monkeypatch.setattr(gw, "context_window", lambda: budget_window)
+    seen: list[int] = []
+
+    def responder(messages):
+        seen.append(estimate_tokens(messages))
+        return good_reply(len(group_episodes(eps)))
+
+    with ScriptedLLM.install(responder):
+        cs = build_cards(prompts(), eps, gw, max_tokens=1024)
+    assert cs.ok and seen
+    assert seen[0] <= budget_window - 1024 - 64 < estimate_tokens(full)
