@@ -147,10 +147,10 @@ def ray_check(exe: list[str], a: argparse.Namespace, model: list[str], out: Path
     """The same eval with and without --ray: identical episodes apart from timing fields."""
     common = ["eval", "--agent", "robust-cot", "--task", a.mapf_target, "--episodes", "2", "--max-tokens", "48",
               "--history", "2", "-j", "1", "--no-cache", *model]
-    walls = {}
+    walls, rcs = {}, {}
     for mode in ("local", "ray"):
         extra = ["--ray"] if mode == "ray" else []
-        rc, walls[mode] = run(exe + common + extra + ["--results-dir", str(out), "--run-name", f"eval-{mode}"],
+        rcs[mode], walls[mode] = run(exe + common + extra + ["--results-dir", str(out), "--run-name", f"eval-{mode}"],
                                 out / f"eval-{mode}.log")
     timing = {"wall_s", "latency_s", "duration_s", "started", "finished", "time", "timestamp"}
 
@@ -161,6 +161,9 @@ def ray_check(exe: list[str], a: argparse.Namespace, model: list[str], out: Path
         return [strip(json.loads(line), timing) for line in path.read_text().splitlines() if line.strip()]
 
     loc, ray = load("local"), load("ray")
+    if not loc or not ray or any(rcs.values()):
+        return {"name": "ray", "error": f"eval exit codes local {rcs['local']} / ray {rcs['ray']}, "
+                f"episodes {len(loc)} / {len(ray)}", "wall_s": f"local {walls['local']:.0f} / ray {walls['ray']:.0f}"}
     same = bool(loc) and sorted(loc, key=lambda d: d["seed"]) == sorted(ray, key=lambda d: d["seed"])
     return {"name": "ray", "episodes": len(loc), "identical_to_local": same,
             "wall_s": f"local {walls['local']:.0f} / ray {walls['ray']:.0f}"}

@@ -1236,13 +1236,18 @@ def strategy_summary(st: _State) -> dict:
                      "optimizer_tokens_total": sum(by_step.values())})
     init, best = st.candidates[st.initial_id], st.candidates[st.best_id]
     cands = list(st.candidates.values())
-    analysed = [g for g in gens if g["mode"] == "mutate" and g["optimizer_tokens"]]
+    def mean_tokens(gs: list[dict]) -> float:
+        return sum(g["optimizer_tokens_total"] for g in gs) / len(gs) if gs else 0.0
+
+    spent = [g for g in gens if g["optimizer_tokens"]]
     return {
         "enabled": {"evidence": cfg.evidence, "prune_at": cfg.prune_at, "skills": cfg.skills,
                     "backtest": cfg.backtest, "ray": cfg.ray},
         "generations": gens,
-        "mean_optimizer_tokens_per_generation": (sum(g["optimizer_tokens_total"] for g in analysed) / len(analysed))
-        if analysed else 0.0,
+        # generations that called the optimizer LLM: all of them, and by mode (mutate / prune)
+        "mean_optimizer_tokens_per_generation": mean_tokens(spent),
+        "mean_optimizer_tokens_by_mode": {m: mean_tokens([g for g in spent if g["mode"] == m])
+                                          for m in sorted({g["mode"] for g in spent})},
         "prompt_tokens": {"initial": prompt_tokens(init.prompt_set()), "best": prompt_tokens(best.prompt_set())},
         "pruned": [{"candidate": c.id, "edit": c.edit, "saved": c.prompt_tokens_saved, "status": c.status}
                    for c in cands if c.kind == "prune"],

@@ -375,6 +375,11 @@ def test_below_threshold_mutates_then_prunes_once_competent(tmp_path):
     assert cs["c2"].kind == "prune" and cs["c2"].parent == "c1" and cs["c2"].status == "promoted"
     assert res.best_id == "c2"
     assert by_role(ogw)["pruner"]["calls"] == 1
+    st = res.report["strategies"]
+    gen_tokens = [g["optimizer_tokens_total"] for g in st["generations"]]
+    assert all(gen_tokens) and set(st["mean_optimizer_tokens_by_mode"]) == {"mutate", "prune"}
+    assert st["mean_optimizer_tokens_by_mode"]["prune"] == gen_tokens[1]
+    assert st["mean_optimizer_tokens_per_generation"] == sum(gen_tokens) / 2
 
 
 def test_prune_at_not_reached_stays_mutate(tmp_path):
