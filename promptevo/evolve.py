@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from promptevo.analyzer import Analysis, analyze
+from promptevo.analyzer import Analysis, analyze, build_analyzer_messages, estimate_tokens
 from promptevo.mutator import propose_detailed
 from promptevo.segments import Edit, PromptFormatError, PromptSet, apply_edit
 
@@ -99,8 +99,11 @@ class EvolveConfig(BaseModel):
     optimizer_temperature: float = Field(default=0.7, ge=0)
     optimizer_max_tokens: int = Field(default=2048, ge=64)
     # optional strategies (all off by default: the plain loop)
-    evidence: Literal["raw", "cards"] = Field(default="raw", description="what the analyzer reads: raw "
-                                              "trajectories, or evidence cards (one per outcome group)")
+    evidence: Literal["raw", "cards", "auto"] = Field(default="raw", description="what the analyzer reads: raw "
+                                                      "trajectories, evidence cards (one per outcome group), or "
+                                                      "auto: cards when the raw prompt is over cards_above tokens")
+    cards_above: int = Field(default=4000, ge=0, description="with evidence auto: estimated analyzer prompt "
+                             "tokens over which cards replace the raw trajectories")
     prune_at: float | None = Field(default=None, ge=0, le=1, description="once the parent's held-out success "
                                    "reaches this (0: from the first generation), generations propose removing "
                                    "guidance segments instead")
@@ -745,7 +748,10 @@ class _Optimizer:
                 episodes = [episode_from_dict(self.store.get(parent.fingerprint, s) or {}) for s in seeds
                             if self.store.get(parent.fingerprint, s) is not None]
                 cards = None
-                if cfg.evidence == "cards":
+                kind = choose_evidence(cfg.evidence, cfg.cards_above, self._raw_prompt_tokens(parent, episodes)
+                                       if cfg.evidence == "auto" else None)
+                blob["evidence"] = rec["evidence"] = kind
+                if kind == "cards":
                     from promptevo.cards import build_cards
 
                     self._status(g, "evidence cards")
@@ -881,6 +887,14 @@ class _Optimizer:
         return None
 
     # -- strategies -------------------------------------------------------------------------------
+    def _raw_prompt_tokens(self, parent: "Candidate", episodes: list) -> int:
+        """Estimated tokens of the analyzer prompt with raw trajectories (for ``evidence = auto``)."""
+        cfg = self.state.config
+        msgs, _ = build_analyzer_messages(
+            parent.prompt_set(), episodes, env_instructions=self.env_instructions, history=self.state.history,
+            max_trajectories=cfg.max_trajectories, max_steps_shown=cfg.max_steps_shown)
+        return estimate_tokens(msgs)
+
     def generation_mode(self, parent: Candidate) -> str:
         """``prune`` once the parent's held-out success reaches ``prune_at`` (scaffold pruning), else ``mutate``."""
         if self.cfg.prune_at is None or not parent.heldout:
@@ -1223,6 +1237,15 @@ def _usage_tokens(u: dict | None) -> int:
     return int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
 
 
+def choose_evidence(mode: str, cards_above: int, raw_prompt_tokens: int | None) -> str:
+    """What the analyzer reads this generation: ``mode`` unless it is ``auto``, which picks evidence cards
+    when the raw-trajectory prompt is estimated above ``cards_above`` tokens (cards cost one extra call of
+    about a fixed size, so they pay off only on long trajectories)."""
+    if mode != "auto":
+        return mode
+    return "cards" if (raw_prompt_tokens or 0) > cards_above else "raw"
+
+
 def strategy_summary(st: _State) -> dict:
     """Figures of the optional strategies (pure function of the run state): optimizer tokens per
     generation by step, prompt size of the initial and best prompts, pruning, vetoes and skills."""
@@ -1232,7 +1255,8 @@ def strategy_summary(st: _State) -> dict:
     gens = []
     for rec in sorted(st.generations, key=lambda r: r["index"]):
         by_step = {k: _usage_tokens(v) for k, v in (rec.get("optimizer_usage") or {}).items()}
-        gens.append({"generation": rec["index"], "mode": rec.get("mode", "mutate"), "optimizer_tokens": by_step,
+        gens.append({"generation": rec["index"], "mode": rec.get("mode", "mutate"), "evidence": rec.get("evidence"),
+                     "optimizer_tokens": by_step,
                      "optimizer_tokens_total": sum(by_step.values())})
     init, best = st.candidates[st.initial_id], st.candidates[st.best_id]
     cands = list(st.candidates.values())
@@ -1488,8 +1512,12 @@ def _build_parser() -> Any:
     a("--ablate", action="store_true", dest="ablate_best", default=None,
       help="at the end, measure each segment of the best prompts by removing it (held-out seeds)")
     s = p.add_argument_group("strategies (optional; off by default)")
-    s.add_argument("--evidence", choices=["raw", "cards"],
-                   help="analyzer reads raw trajectories (default) or evidence cards, one per outcome group")
+    s.add_argument("--evidence", choices=["raw", "cards", "auto"],
+                   help="analyzer reads raw trajectories (default), evidence cards (one per outcome group), or "
+                   "auto: cards only when the raw prompt would exceed --cards-above tokens")
+    s.add_argument("--cards-above", type=int, metavar="TOKENS",
+                   help="with --evidence auto: estimated raw analyzer prompt tokens above which cards are used "
+                   "(default 4000)")
     s.add_argument("--prune-at", type=float, metavar="RATE",
                    help="scaffold pruning: once held-out success >= RATE, propose removing guidance segments; a "
                    "removal is kept only if held-out success stays within the 95%% interval")

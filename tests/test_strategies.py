@@ -286,6 +286,26 @@ def test_evidence_cards_replace_raw_trajectories(tmp_path):
     assert "Evidence: cards" in (res.run_dir / "report.md").read_text()
 
 
+def test_evidence_auto_uses_cards_only_when_the_raw_prompt_is_long(tmp_path):
+    from promptevo.evolve import choose_evidence
+
+    assert choose_evidence("raw", 0, 10**6) == "raw" and choose_evidence("cards", 10**6, 0) == "cards"
+    assert choose_evidence("auto", 4000, 4001) == "cards" and choose_evidence("auto", 4000, 4000) == "raw"
+    # short trajectories (3 steps): the raw prompt is a few hundred tokens -> raw, no cards call
+    short = OptimizerDouble()
+    res, _, _ = run(tmp_path, short, evidence="auto", name="short")
+    assert short.kinds() == ["analyzer", "mutator"]
+    assert res.report["strategies"]["generations"][0]["evidence"] == "raw"
+    # the same run with a threshold below that size -> cards
+    low = OptimizerDouble()
+    res, _, _ = run(tmp_path, low, evidence="auto", cards_above=50, name="low")
+    assert low.kinds() == ["cards", "analyzer", "mutator"]
+    assert json.loads((res.run_dir / "analyses/gen-001.json").read_text())["evidence"] == "cards"
+    assert res.report["strategies"]["generations"][0]["evidence"] == "cards"
+    cfg, _ = config_from_args(["--task", "goto", "--evidence", "auto", "--cards-above", "2500"])
+    assert (cfg.evidence, cfg.cards_above) == ("auto", 2500)
+
+
 def test_garbage_cards_reply_falls_back_to_statistics(tmp_path):
     opt = OptimizerDouble(cards="I cannot summarise these {not json")
     res, ogw, _ = run(tmp_path, opt, evidence="cards")
