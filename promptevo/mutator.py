@@ -128,9 +128,26 @@ def _default_after(prompt_names: list[str], protected: frozenset[str]) -> str | 
     return None
 
 
+def _split_dotted(mods: dict, edit: Edit) -> tuple[Edit, str | None]:
+    """``module: "actor.rules"`` or ``segment: "actor.rules"`` (a frequent slip) -> module actor,
+    segment rules, when the prefix names a module."""
+    for field in ("module", "segment"):
+        value = getattr(edit, field) or ""
+        head, dot, tail = value.partition(".")
+        if not dot or value in mods or head not in mods or not tail:
+            continue
+        # the segment field wins when it holds a plain name of its own
+        keep = field == "module" and edit.segment and "." not in edit.segment
+        seg = edit.segment if keep else tail
+        fixed = Edit(edit.op, head, seg, edit.text, edit.rationale, edit.after)
+        return fixed, f"{field} {value!r} -> module {head!r}, segment {seg!r}"
+    return edit, None
+
+
 def repair_edit(parent: PromptSet, edit: Edit, protected: frozenset[str] = PROTECTED_SEGMENTS) -> tuple[Edit, str | None]:
     """Fix common slips of small optimizer models; returns (edit, note or None).
 
+    * ``module.segment`` written in the module or segment field -> split;
     * module unknown but the segment exists in exactly one module -> that module;
     * ``add`` of a segment that exists -> ``rewrite`` with the new text appended to the old;
     * ``rewrite`` of a segment that does not exist -> ``add``;
@@ -138,6 +155,9 @@ def repair_edit(parent: PromptSet, edit: Edit, protected: frozenset[str] = PROTE
     """
     notes = []
     mods = parent.as_dict()
+    edit, note = _split_dotted(mods, edit)
+    if note:
+        notes.append(note)
     if edit.module not in mods:
         owners = [m for m, p in mods.items() if edit.segment in p.names]
         if len(owners) == 1:

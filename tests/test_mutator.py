@@ -146,6 +146,17 @@ def test_repair_fixes_common_slips_of_small_models():
     # wrong module name but a unique segment
     e, note = repair_edit(ps, Edit("rewrite", "agent", "rules", "x"))
     assert e.module == "actor" and "module" in note
+    # "module.segment" written in one field (the local model's pruner reply did this)
+    e, note = repair_edit(ps, Edit("delete", "actor.rules", ""))
+    assert (e.module, e.segment) == ("actor", "rules") and "split" not in note and "'actor.rules'" in note
+    e, _ = repair_edit(ps, Edit("delete", "actor.rules", "actor.rules"))
+    assert (e.module, e.segment) == ("actor", "rules")
+    e, _ = repair_edit(ps, Edit("delete", "actor", "actor.rules"))
+    assert (e.module, e.segment) == ("actor", "rules")
+    e, _ = repair_edit(ps, Edit("add", "actor.tips", "tips", "Face the ball first."))
+    assert (e.module, e.segment, e.op) == ("actor", "tips", "add")
+    e, note = repair_edit(ps, Edit("delete", "nomodule.rules", "rules"))  # unknown prefix: segment owner rule
+    assert e.module == "actor"
     # nothing to repair
     e, note = repair_edit(ps, Edit("delete", "actor", "rules"))
     assert note is None and e == Edit("delete", "actor", "rules")
