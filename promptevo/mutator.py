@@ -11,7 +11,7 @@ Nothing here raises on bad LLM output.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +235,64 @@ def build_mutator_messages(
     ]
 
 
+EditCheck = Callable[[PromptSet, Edit, set], "tuple[PromptSet | None, str | None]"]
+
+
+def edit_parser(
+    prompts: PromptSet,
+    tried: Iterable[str],
+    check: EditCheck,
+    state: dict[str, list[dict]],
+    *,
+    keep_repair: Callable[[Edit, Edit], bool] = lambda original, fixed: True,
+    what: str = "edit",
+) -> Callable[[Any], list[tuple[Edit, PromptSet]]]:
+    """The ``parse`` callback of :func:`promptevo.analyzer.call_json` for replies listing edits.
+
+    Each edit is repaired (:func:`repair_edit`; a repair is used when ``keep_repair(original, fixed)``),
+    then checked with ``check(prompts, edit, seen) -> (child, reason)``; rejected edits and used repairs
+    are appended to ``state["rejected"]`` / ``state["repaired"]``. Raises ValueError (which makes
+    call_json ask again) when no edit is usable.
+    """
+    tried_set = set(tried)
+
+    def parse(obj: Any) -> list[tuple[Edit, PromptSet]]:
+        if isinstance(obj, dict) and "edits" not in obj and {"module", "op", "segment"} <= set(obj):
+            obj = {"edits": [obj]}  # a single bare edit
+        reply = MutatorReply.model_validate(obj)
+        good: list[tuple[Edit, PromptSet]] = []
+        rejected: list[dict] = []
+        seen = set(tried_set)
+        for spec in reply.edits:
+            edit = Edit(
+                op=spec.op,  # type: ignore[arg-type]
+                module=spec.module,
+                segment=spec.segment,
+                text="" if spec.op == "delete" else spec.text,
+                rationale=spec.rationale.strip(),
+                after=spec.after or None,
+            )
+            fixed, note = repair_edit(prompts, edit)
+            if keep_repair(edit, fixed):
+                edit = fixed
+                if note:
+                    state["repaired"].append({"edit": edit.to_dict(), "note": note})
+            child, reason = check(prompts, edit, seen)
+            if child is None:
+                rejected.append({"edit": edit.to_dict(), "reason": reason})
+                continue
+            seen.add(child.fingerprint())
+            good.append((edit, child))
+        state["rejected"].extend(rejected)
+        if not good:
+            reasons = "; ".join(f"{r['edit'].get('op')} {r['edit'].get('module')}.{r['edit'].get('segment')}: "
+                                f"{r['reason']}" for r in rejected[:5])
+            raise ValueError(f"no usable {what}" + (f" ({reasons})" if reasons else " (the list was empty)"))
+        return good
+
+    return parse
+
+
 def propose_detailed(
     prompts: PromptSet,
     analysis: Analysis | None,
@@ -258,42 +316,8 @@ def propose_detailed(
         prompts, analysis, n=n, history=history, env_instructions=env_instructions, template_path=template_path,
         skills=skills,
     )
-    state: dict[str, Any] = {}
-
-    def parse(obj: Any) -> list[tuple[Edit, PromptSet]]:
-        if isinstance(obj, dict) and "edits" not in obj and {"module", "op", "segment"} <= set(obj):
-            obj = {"edits": [obj]}  # a single bare edit
-        reply = MutatorReply.model_validate(obj)
-        good: list[tuple[Edit, PromptSet]] = []
-        rejected: list[dict] = []
-        seen = set(tried_set)
-        for spec in reply.edits:
-            try:
-                edit = Edit(
-                    op=spec.op,  # type: ignore[arg-type]
-                    module=spec.module,
-                    segment=spec.segment,
-                    text="" if spec.op == "delete" else spec.text,
-                    rationale=spec.rationale.strip(),
-                    after=spec.after or None,
-                )
-            except (TypeError, ValueError) as e:  # pragma: no cover - Edit has no validation today
-                rejected.append({"edit": spec.model_dump(), "reason": str(e)})
-                continue
-            edit, note = repair_edit(prompts, edit)
-            if note:
-                state.setdefault("repaired", []).append({"edit": edit.to_dict(), "note": note})
-            child, reason = check_edit(prompts, edit, seen)
-            if child is None:
-                rejected.append({"edit": edit.to_dict(), "reason": reason})
-                continue
-            seen.add(child.fingerprint())
-            good.append((edit, child))
-        state.setdefault("rejected", []).extend(rejected)
-        if not good:
-            reasons = "; ".join(f"{r['edit'].get('op')} {r['edit'].get('module')}.{r['edit'].get('segment')}: {r['reason']}" for r in rejected[:5])
-            raise ValueError("no usable edit" + (f" ({reasons})" if reasons else " (the list was empty)"))
-        return good
+    state: dict[str, list[dict]] = {"rejected": [], "repaired": []}
+    parse = edit_parser(prompts, tried_set, check_edit, state)
 
     parsed, raw, err, usage = call_json(
         gateway, msgs, role="mutator", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
@@ -301,7 +325,7 @@ def propose_detailed(
         forbid=example_strings(msgs[0]["content"]),
     )
     edits = [e for e, _ in (parsed or [])][:n]
-    return Proposals(edits=edits, rejected=state.get("rejected", []), repaired=state.get("repaired", []),
+    return Proposals(edits=edits, rejected=state["rejected"], repaired=state["repaired"],
                      raw=raw, error=err, usage=usage)
 
 

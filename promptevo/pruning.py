@@ -39,7 +39,7 @@ from promptevo.analyzer import (
     render_template,
 )
 from promptevo.evolve import Verdict
-from promptevo.mutator import MutatorReply, Proposals, check_edit, repair_edit
+from promptevo.mutator import Proposals, check_edit, edit_parser
 from promptevo.scoring import paired_diff, wilson_interval
 from promptevo.segments import Edit, PromptSet, sanitize_text
 
@@ -225,39 +225,9 @@ def propose_prunes(
     )
     state: dict[str, list[dict]] = {"rejected": [], "repaired": []}
 
-    def parse(obj: Any) -> list[tuple[Edit, PromptSet]]:
-        if isinstance(obj, dict) and "edits" not in obj and {"module", "op", "segment"} <= set(obj):
-            obj = {"edits": [obj]}  # a single bare edit
-        reply = MutatorReply.model_validate(obj)
-        good: list[tuple[Edit, PromptSet]] = []
-        rejected: list[dict] = []
-        local_seen = set(seen)
-        for spec in reply.edits:
-            edit = Edit(
-                op=spec.op,  # type: ignore[arg-type]
-                module=spec.module,
-                segment=spec.segment,
-                text="" if spec.op == "delete" else spec.text,
-                rationale=spec.rationale.strip(),
-            )
-            fixed, note = repair_edit(prompts, edit)
-            if fixed.op == edit.op and note:  # only name slips; never turn a prune into an addition
-                edit = Edit(fixed.op, fixed.module, fixed.segment, fixed.text, fixed.rationale)
-                state["repaired"].append({"edit": edit.to_dict(), "note": note})
-            child, reason = check_prune(prompts, edit, local_seen, prunable_set)
-            if child is None:
-                rejected.append({"edit": edit.to_dict(), "reason": reason})
-                continue
-            local_seen.add(child.fingerprint())
-            good.append((edit, child))
-        state["rejected"].extend(rejected)
-        if not good:
-            reasons = "; ".join(
-                f"{r['edit'].get('op')} {r['edit'].get('module')}.{r['edit'].get('segment')}: {r['reason']}"
-                for r in rejected[:5]
-            )
-            raise ValueError("no usable pruning edit" + (f" ({reasons})" if reasons else " (the list was empty)"))
-        return good
+    # name slips are repaired, but a prune never turns into an addition
+    parse = edit_parser(prompts, seen, lambda ps, e, sn: check_prune(ps, e, sn, prunable_set), state,
+                        keep_repair=lambda original, fixed: fixed.op == original.op, what="pruning edit")
 
     parsed, raw, err, usage = call_json(
         gateway, msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
