@@ -734,6 +734,7 @@ def run_curriculum(
     cfg_k, prompts_k, engineer_in = start_cfg, initial_prompts, None
     prev_cfg: MAPFConfig | None = None
     best_ps = initial_prompts
+    _write_json(meta_path, data)  # from here on the run can be resumed, even after a crash in stage 1
     for k in range(1, stages + 1):
         sdir = cdir / f"stage-{k}"
         sfile = sdir / STAGE_FILE

@@ -415,3 +415,28 @@ def test_cli_runs_then_extends_a_curriculum_on_resume(tmp_path, capsys):
     assert stage1.stat().st_mtime_ns == before  # the finished stage was not run again
     assert data["target_task"] == str(tmp_path / "start.toml") and data["config"]["generations"] == 1
     assert "2      4x4 a1 holes 0.1" in capsys.readouterr().out
+
+
+def test_a_crash_in_stage_one_leaves_a_resumable_curriculum(tmp_path, monkeypatch):
+    import promptevo.engineer as eng
+
+    start_task(tmp_path)
+    args = ["--task", str(tmp_path / "start.toml"), "--model", "fake/scripted", "-g", "1", "-n", "2",
+            "--heldout-episodes", "2", "--max-steps", "6", "-k", "1", "--accept-rule", "always", "--baseline", "none",
+            "--no-cache", "-j", "2", "--results-dir", str(tmp_path), "--run", "c", "--stages", "1", "-q"]
+    real = eng.optimize
+
+    def crash(*a, **kw):
+        raise RuntimeError("simulated crash inside stage 1")
+
+    monkeypatch.setattr(eng, "optimize", crash)
+    script = Script(engineer={"changes": {}, "rationale": "keep"})
+    with ScriptedLLM.install(script):
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            cli_main(args)
+        data = json.loads((tmp_path / "c" / "curriculum.json").read_text())
+        assert data["complete"] is False and data["stages"] == []
+        monkeypatch.setattr(eng, "optimize", real)
+        assert cli_main(["--resume", "c", "--results-dir", str(tmp_path), "-q"]) == 0
+    data = json.loads((tmp_path / "c" / "curriculum.json").read_text())
+    assert data["complete"] is True and [s["stage"] for s in data["stages"]] == [1]
