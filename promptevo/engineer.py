@@ -366,11 +366,13 @@ def _knob_name(name: Any) -> str:
 
 def apply_changes(
     current: MAPFConfig, changes: Mapping[str, Any], *, max_changes: int = 2, bounds: Bounds = DEFAULT_BOUNDS,
+    step_cap: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Validate requested ``changes`` against ``current``: ``(knob values to set, notes)``.
 
     Unknown knobs and unusable values are dropped, values are clipped to ``bounds``, changes that keep the
-    current value are ignored, and only the first ``max_changes`` real changes are kept. ``notes`` has
+    current value are ignored, and only the first ``max_changes`` real changes are kept. With a harness
+    ``step_cap`` below both the current and the asked ``max_steps``, that change has no effect and is dropped. ``notes`` has
     ``dropped`` (knob -> reason), ``clamped`` (knob -> [asked, used]) and ``trimmed`` (knobs cut by
     ``max_changes``). Pure; the result still has to pass MAPFConfig validation.
     """
@@ -392,6 +394,9 @@ def apply_changes(
         if val == getattr(current, k):
             dropped.setdefault(str(raw_k), "same as the current value")
             continue
+        if k == "max_steps" and step_cap is not None and min(val, current.max_steps) >= step_cap:
+            dropped[str(raw_k)] = f"no effect: the harness stops every episode after {step_cap} steps"
+            continue
         accepted[k] = val
     keep = dict(list(accepted.items())[: max(0, max_changes)])
     trimmed = [k for k in accepted if k not in keep]
@@ -412,8 +417,16 @@ def check_solvable(config: MAPFConfig, seeds: Iterable[int] = (0,)) -> str | Non
     return None
 
 
-def render_knobs(config: MAPFConfig, bounds: Bounds = DEFAULT_BOUNDS) -> str:
-    lines = [f"- {k} = {getattr(config, k)}  [{bounds.describe(k)}]" for k in KNOBS]
+def step_cap_binds(config: MAPFConfig, step_cap: int | None) -> bool:
+    """True when the harness step cap, not ``config.max_steps``, ends the episodes."""
+    return step_cap is not None and step_cap <= config.max_steps
+
+
+def render_knobs(config: MAPFConfig, bounds: Bounds = DEFAULT_BOUNDS, step_cap: int | None = None) -> str:
+    lines = [f"- {k} = {getattr(config, k)}  [{bounds.describe(k)}]"
+             + (f" (no effect: the harness stops every episode after {step_cap} steps)"
+                if k == "max_steps" and step_cap_binds(config, step_cap) else "")
+             for k in KNOBS]
     lines.append(f"(hole_density + wall_density must stay <= 0.75; every agent needs a free start and goal cell; "
                  f"view_radius only matters with observation = local; {config.free_cells} free cells now)")
     return "\n".join(lines)
@@ -444,13 +457,18 @@ def build_engineer_messages(
     max_changes: int = 2, bounds: Bounds = DEFAULT_BOUNDS, template_path: str | Path | None = None,
 ) -> list[dict]:
     system_t, user_t = load_template("engineer", template_path)
+    cap = report.get("step_cap")
+    if step_cap_binds(current, cap):  # the example must not suggest a change that does nothing
+        example = ("rows", min(current.rows + 1, bounds.rows[1]))
+    else:
+        example = ("max_steps", min(current.max_steps + 10, bounds.max_steps[1]))
     values = {
-        "knobs": render_knobs(current, bounds),
+        "knobs": render_knobs(current, bounds, cap),
         "report": render_report(report),
         "history": render_curriculum_history(history),
         "max_changes": max_changes,
-        "example_knob": "max_steps",
-        "example_value": min(current.max_steps + 10, bounds.max_steps[1]),
+        "example_knob": example[0],
+        "example_value": example[1],
     }
     return [{"role": "system", "content": render_template(system_t, **values)},
             {"role": "user", "content": render_template(user_t, **values)}]
@@ -529,7 +547,8 @@ def propose_config(
     copied = [x for x in example_strings(msgs[0]["content"]) if x in info["rationale"]]
     if copied:  # small models return the template's example; its change is not based on any evidence
         return keep(f"the reply repeats the template's example ({copied[0]!r})")
-    values, notes = apply_changes(current, parsed["changes"], max_changes=max_changes, bounds=bounds)
+    values, notes = apply_changes(current, parsed["changes"], max_changes=max_changes, bounds=bounds,
+                                  step_cap=report.get("step_cap"))
     info.update(notes)
     if not values:
         if parsed["changes"]:

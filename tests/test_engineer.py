@@ -296,6 +296,24 @@ def test_empty_changes_keep_the_config_without_fallback():
     assert cfg == SINGLE and info["fallback"] is None and info["rationale"].startswith("the agent succeeds")
 
 
+def test_more_steps_under_a_binding_harness_cap_is_dropped_as_having_no_effect():
+    """Measured on the local model: with the harness capping episodes at 8 steps, the engineer raised
+    max_steps 20 -> 30 (the template's example knob) against timeouts, a change that did nothing."""
+    script = Script(engineer={"changes": {"max_steps": 30}, "rationale": "episodes time out"})
+    report = {**_report(), "step_cap": 8}
+    with ScriptedLLM.install(script):
+        cfg, info = propose_config(SINGLE, report, gateway())
+    assert cfg == SINGLE and "no effect" in info["fallback"] and "after 8 steps" in info["dropped"]["max_steps"]
+    system, user = (m["content"] for m in script.engineer_prompts[0])
+    assert "- max_steps = 20  [" in user and "(no effect: the harness stops every episode after 8 steps)" in user
+    assert '"max_steps"' not in system and '"rows": 5' in system  # the example uses a knob that matters
+    # a cap above max_steps does not bind: the knob works and is the example again
+    keep, notes = apply_changes(SINGLE, {"max_steps": 30}, step_cap=100)
+    assert keep == {"max_steps": 30}
+    keep, notes = apply_changes(SINGLE, {"max_steps": 5}, step_cap=8)  # shorter than the cap: takes effect
+    assert keep == {"max_steps": 5}
+
+
 # -- the curriculum ------------------------------------------------------------------------------------
 
 
@@ -336,17 +354,17 @@ def test_fixed_curriculum_keeps_config_and_carries_prompts(tmp_path):
 
 
 def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
-    script = Script(engineer={"changes": {"hole_density": 0.0, "max_steps": 12, "rows": 9},
+    script = Script(engineer={"changes": {"hole_density": 0.0, "max_steps": 5, "rows": 9},  # max_steps 5 < the 6-step harness cap: it takes effect
                               "rationale": "agents fell into holes"})
     task = start_task(tmp_path)
     res = curriculum(tmp_path, script, stages=2, mode="engineer", max_changes=2, task=task)
     assert script.calls["engineer"] == 1
     c1, c2 = res.configs
-    assert c1.hole_density == 0.25 and (c2.hole_density, c2.max_steps, c2.rows) == (0.0, 12, c1.rows)
+    assert c1.hole_density == 0.25 and (c2.hole_density, c2.max_steps, c2.rows) == (0.0, 5, c1.rows)
     data = json.loads((tmp_path / "cur" / "curriculum.json").read_text())
     st1, st2 = data["stages"]
     eng = st1["engineer"]
-    assert eng["mode"] == "engineer" and eng["changes"] == {"hole_density": [0.25, 0.0], "max_steps": [8, 12]}
+    assert eng["mode"] == "engineer" and eng["changes"] == {"hole_density": [0.25, 0.0], "max_steps": [8, 5]}
     assert eng["trimmed"] == ["rows"] and eng["rationale"] == "agents fell into holes"
     assert st2["changes"] == eng["changes"] and st2["engineer_in"]["changes"] == eng["changes"]
     assert st2["config"]["hole_density"] == 0.0
@@ -364,7 +382,7 @@ def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
     obs = json.loads(lines[0])["result"]["trajectory"][0]["observation"]
     grid = [ln for ln in obs.splitlines() if re.match(r"^ {0,2}\d+ [.#H\dab ]+$", ln)]
     assert len(grid) == c2.rows and not any("H" in ln for ln in grid)
-    assert "after stage 1: hole_density 0.25 -> 0.0, max_steps 8 -> 12" in (tmp_path / "cur" / "curriculum.md").read_text()
+    assert "after stage 1: hole_density 0.25 -> 0.0, max_steps 8 -> 5" in (tmp_path / "cur" / "curriculum.md").read_text()
     # resume: finished stages, the engineer call and the final episodes are all reused
     again = Script(engineer={"changes": {"rows": 8}, "rationale": "different"})
     with ScriptedLLM.install(again):
