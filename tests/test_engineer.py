@@ -354,7 +354,8 @@ def test_fixed_curriculum_keeps_config_and_carries_prompts(tmp_path):
 
 
 def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
-    script = Script(engineer={"changes": {"hole_density": 0.0, "max_steps": 5, "rows": 9},  # max_steps 5 < the 6-step harness cap: it takes effect
+    # max_steps 5 is below the 6-step harness cap, so it takes effect
+    script = Script(engineer={"changes": {"hole_density": 0.0, "max_steps": 5, "rows": 9},
                               "rationale": "agents fell into holes"})
     task = start_task(tmp_path)
     res = curriculum(tmp_path, script, stages=2, mode="engineer", max_changes=2, task=task)
