@@ -11,7 +11,8 @@ Runs, one after another (each writes its own run folder under ``--out``):
 * ``ray``        ``promptevo eval`` of the initial prompts with and without ``--ray`` (same seeds) and a
   check that the episodes are identical.
 
-and prints one table (also written to ``<out>/strategies.md``): held-out success, optimizer tokens per
+and prints one table (also written to ``<out>/strategies.md``; rows of earlier ``--only`` runs into the
+same ``--out`` are kept): held-out success, optimizer tokens per
 generation, prompt tokens of the best prompts, LLM calls and wall time. Every LLM call goes to the model
 given with ``--model`` (default: the offline local model), so the figures are real, not a test double.
 
@@ -120,11 +121,24 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(opt_row(name, out / name, wall, rc))
         print(json.dumps(rows[-1]), flush=True)
+    rows = merge_rows(out / "strategies.json", rows)
     md = table(rows)
     (out / "strategies.md").write_text(md + "\n")
     (out / "strategies.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(md)
     return 0
+
+
+def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """Rows of earlier ``--only`` runs in the same ``--out`` kept, this run's rows replacing theirs."""
+    try:
+        old = json.loads(path.read_text()) if path.exists() else []
+    except ValueError:
+        old = []
+    new = {r["name"]: r for r in rows}
+    merged = {r["name"]: r for r in old if isinstance(r, dict) and "name" in r}
+    merged.update(new)
+    return sorted(merged.values(), key=lambda r: ALL.index(r["name"]) if r["name"] in ALL else len(ALL))
 
 
 def curriculum_row(name: str, run_dir: Path, wall: float, rc: int) -> dict:
