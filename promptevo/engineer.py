@@ -452,16 +452,20 @@ def render_curriculum_history(history: Iterable[Mapping[str, Any]] | None) -> st
     return "\n".join(out) if out else "(this is the first stage)"
 
 
+def example_change(current: MAPFConfig, report: Mapping[str, Any], bounds: Bounds = DEFAULT_BOUNDS) -> tuple[str, Any]:
+    """(knob, value) shown as the example of the engineer's reply; never a change that does nothing."""
+    if step_cap_binds(current, report.get("step_cap")):
+        return "rows", min(current.rows + 1, bounds.rows[1])
+    return "max_steps", min(current.max_steps + 10, bounds.max_steps[1])
+
+
 def build_engineer_messages(
     current: MAPFConfig, report: Mapping[str, Any], *, history: Iterable[Mapping[str, Any]] = (),
     max_changes: int = 2, bounds: Bounds = DEFAULT_BOUNDS, template_path: str | Path | None = None,
 ) -> list[dict]:
     system_t, user_t = load_template("engineer", template_path)
     cap = report.get("step_cap")
-    if step_cap_binds(current, cap):  # the example must not suggest a change that does nothing
-        example = ("rows", min(current.rows + 1, bounds.rows[1]))
-    else:
-        example = ("max_steps", min(current.max_steps + 10, bounds.max_steps[1]))
+    example = example_change(current, report, bounds)
     values = {
         "knobs": render_knobs(current, bounds, cap),
         "report": render_report(report),
@@ -547,6 +551,10 @@ def propose_config(
     copied = [x for x in example_strings(msgs[0]["content"]) if x in info["rationale"]]
     if copied:  # small models return the template's example; its change is not based on any evidence
         return keep(f"the reply repeats the template's example ({copied[0]!r})")
+    ex_knob, ex_value = example_change(current, report, bounds)
+    asked = {_knob_name(k): v for k, v in parsed["changes"].items()}
+    if asked == {ex_knob: ex_value}:  # measured: the 1.5B local model returned the example change twice
+        return keep(f"the reply is the template's example change ({ex_knob} = {ex_value}), not a reading of the evidence")
     values, notes = apply_changes(current, parsed["changes"], max_changes=max_changes, bounds=bounds,
                                   step_cap=report.get("step_cap"))
     info.update(notes)

@@ -307,6 +307,11 @@ def test_more_steps_under_a_binding_harness_cap_is_dropped_as_having_no_effect()
     system, user = (m["content"] for m in script.engineer_prompts[0])
     assert "- max_steps = 20  [" in user and "(no effect: the harness stops every episode after 8 steps)" in user
     assert '"max_steps"' not in system and '"rows": 5' in system  # the example uses a knob that matters
+    # the example change itself is not taken for a decision (the local model returned it with its own rationale)
+    script = Script(engineer={"changes": {"rows": 5}, "rationale": "more room against timeouts"})
+    with ScriptedLLM.install(script):
+        cfg, info = propose_config(SINGLE, report, gateway())
+    assert cfg == SINGLE and "example change (rows = 5)" in info["fallback"]
     # a cap above max_steps does not bind: the knob works and is the example again
     keep, notes = apply_changes(SINGLE, {"max_steps": 30}, step_cap=100)
     assert keep == {"max_steps": 30}
