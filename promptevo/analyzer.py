@@ -530,16 +530,6 @@ def build_analyzer_messages(
     ``max_prompt_tokens`` (see :func:`prompt_budget`): raw trajectories are shortened until the
     estimated prompt fits.
     """
-    system_t, user_t = load_template("analyzer", template_path)
-    ex_mod, ex_seg = example_target(prompts)
-    values = {
-        "example_module": ex_mod,
-        "example_segment": ex_seg,
-        "env_instructions": env_instructions.strip() or "(not given)",
-        "prompt_segments": render_prompt_segments(prompts),
-        "history": render_history(history),
-        "stats": _stats_line(results),
-    }
     if evidence is None and max_prompt_tokens:
         # shrink the raw trajectories (fewer steps, shorter observations, fewer episodes) until the
         # prompt fits the model's window; the last setting is used even if it still does not fit
@@ -551,6 +541,16 @@ def build_analyzer_messages(
             if estimate_tokens(msgs) <= max_prompt_tokens:
                 break
         return msgs, seeds
+    system_t, user_t = load_template("analyzer", template_path)
+    ex_mod, ex_seg = example_target(prompts)
+    values = {
+        "example_module": ex_mod,
+        "example_segment": ex_seg,
+        "env_instructions": env_instructions.strip() or "(not given)",
+        "prompt_segments": render_prompt_segments(prompts),
+        "history": render_history(history),
+        "stats": _stats_line(results),
+    }
     if evidence is not None:
         text = evidence if isinstance(evidence, str) else evidence.render()
         section_t = load_template_segment("analyzer", "evidence", template_path) or _DEFAULT_EVIDENCE_SECTION

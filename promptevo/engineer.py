@@ -371,10 +371,11 @@ def apply_changes(
     """Validate requested ``changes`` against ``current``: ``(knob values to set, notes)``.
 
     Unknown knobs and unusable values are dropped, values are clipped to ``bounds``, changes that keep the
-    current value are ignored, and only the first ``max_changes`` real changes are kept. With a harness
-    ``step_cap`` below both the current and the asked ``max_steps``, that change has no effect and is dropped. ``notes`` has
-    ``dropped`` (knob -> reason), ``clamped`` (knob -> [asked, used]) and ``trimmed`` (knobs cut by
-    ``max_changes``). Pure; the result still has to pass MAPFConfig validation.
+    current value are ignored, and only the first ``max_changes`` real changes are kept. A ``max_steps``
+    change is dropped when the harness ``step_cap`` is at or below both the current and the asked value
+    (it would have no effect). ``notes`` has ``dropped`` (knob -> reason), ``clamped`` (knob -> [asked,
+    used]) and ``trimmed`` (knobs cut by ``max_changes``). Pure; the result still has to pass MAPFConfig
+    validation.
     """
     dropped: dict[str, str] = {}
     clamped: dict[str, list] = {}

@@ -90,7 +90,7 @@ class LLMConfigError(LLMError):
 
 class LLMContextError(LLMConfigError):
     """Prompt plus max_tokens do not fit in the model's context window (not retried: same prompt, same
-    result). Callers that can shorten their prompt (the analyzer, the engineer) catch this one."""
+    result). The optimizer's calls (analyzer.call_json) count it as a failed call and fall back."""
 
 
 class LLMReplyError(LLMError):
