@@ -197,7 +197,7 @@ def table(rows: list[dict]) -> str:
         cols += [k for k in r if k not in cols]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+        lines.append("| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in cols) + " |")
     return "\n".join(lines)
 
 
