@@ -57,6 +57,7 @@ from promptevo.evolve import (
     optimize,
     summarize_scores,
     usage_totals,
+    validate_config,
 )
 from promptevo.segments import PromptFormatError, PromptSet
 from promptevo.tasks import TaskConfig, TaskError, load_task, mapf_config_for, with_mapf_config
@@ -971,8 +972,6 @@ def _build_curriculum_parser() -> Any:
 
 def curriculum_args(args: Sequence[str]) -> tuple[EvolveConfig, dict[str, Any], bool]:
     """(base config, run_curriculum keyword arguments, quiet) from command-line arguments."""
-    from pydantic import ValidationError
-
     ns = _build_curriculum_parser().parse_args(list(args))
     extra = {"stages", "engineer", "target", "max_changes", "resume", "quiet"}
     given = {k: v for k, v in vars(ns).items() if v is not None and k not in extra}
@@ -995,11 +994,7 @@ def curriculum_args(args: Sequence[str]) -> tuple[EvolveConfig, dict[str, Any], 
         given = base_d
     elif not given.get("task"):
         raise EvolveError("missing --task (a MAPF task, see `promptevo tasks`), or --resume RUN")
-    try:
-        cfg = EvolveConfig.model_validate(given)
-    except ValidationError as e:
-        d = e.errors()[0]
-        raise EvolveError(f"--{'-'.join(str(x) for x in d.get('loc', ()))}: {d.get('msg')}") from None
+    cfg = validate_config(given)
     if cfg.run is None:
         cfg = cfg.model_copy(update={"run": f"{cfg.task}-curriculum-{datetime.now().strftime('%Y%m%d-%H%M%S')}"})
     stages = ns.stages if ns.stages is not None else int(stored.get("stages_planned") or 3)

@@ -1549,14 +1549,20 @@ def config_from_args(args: Sequence[str]) -> tuple[EvolveConfig, bool]:
         return EvolveConfig.model_validate(base), bool(ns.quiet)
     if not given.get("task"):
         raise EvolveError("missing --task (see `promptevo tasks`), or --resume RUN")
+    cfg = validate_config(given)
+    if cfg.run is None:
+        cfg = cfg.model_copy(update={"run": cfg.run_path().name})
+    return cfg, bool(ns.quiet)
+
+
+def validate_config(given: dict[str, Any]) -> EvolveConfig:
+    """EvolveConfig from option values; a bad value is one EvolveError line naming its flag."""
     try:
-        cfg = EvolveConfig.model_validate(given)
-        if cfg.run is None:
-            cfg = cfg.model_copy(update={"run": cfg.run_path().name})
-        return cfg, bool(ns.quiet)
+        return EvolveConfig.model_validate(given)
     except ValidationError as e:
         d = e.errors()[0]
-        raise EvolveError(f"--{'-'.join(str(x) for x in d.get('loc', ()))}: {d.get('msg')}") from None
+        flag = "-".join(str(x).replace("_", "-") for x in d.get("loc", ()))
+        raise EvolveError(f"--{flag}: {d.get('msg')}") from None
 
 
 def cli_main(args: Sequence[str]) -> int:

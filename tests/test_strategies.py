@@ -247,8 +247,10 @@ def test_cli_parses_strategy_flags():
     assert (plain.evidence, plain.prune_at, plain.skills, plain.backtest, plain.ray) == ("raw", None, None, False, False)
     cfg2, _ = config_from_args(["--task", "goto", "--skill-children", "2", "--backtest-episodes", "3"])
     assert cfg2.skill_children == 2 and cfg2.backtest_episodes == 3
-    with pytest.raises(EvolveError, match="prune"):
+    with pytest.raises(EvolveError, match="^--prune-at: "):  # the flag as typed, not the field name
         config_from_args(["--task", "goto", "--prune-at", "1.5"])
+    with pytest.raises(EvolveError, match="^--cards-above: "):
+        config_from_args(["--task", "goto", "--evidence", "auto", "--cards-above", "-1"])
 
 
 # =================================================================================================
