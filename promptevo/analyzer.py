@@ -531,16 +531,12 @@ def build_analyzer_messages(
     estimated prompt fits.
     """
     if evidence is None and max_prompt_tokens:
-        # shrink the raw trajectories (fewer steps, shorter observations, fewer episodes) until the
-        # prompt fits the model's window; the last setting is used even if it still does not fit
-        for n_traj, n_steps, obs in _shrink_steps(max_trajectories, max_steps_shown):
-            msgs, seeds = build_analyzer_messages(
+        # fewer steps, shorter observations, fewer episodes until the prompt fits the model's window
+        return fit_to_budget(
+            lambda n_traj, n_steps, obs: build_analyzer_messages(
                 prompts, results, env_instructions=env_instructions, history=history,
-                max_trajectories=n_traj, max_steps_shown=n_steps, obs_chars=obs,
-                template_path=template_path)
-            if estimate_tokens(msgs) <= max_prompt_tokens:
-                break
-        return msgs, seeds
+                max_trajectories=n_traj, max_steps_shown=n_steps, obs_chars=obs, template_path=template_path),
+            _shrink_steps(max_trajectories, max_steps_shown), max_prompt_tokens)
     system_t, user_t = load_template("analyzer", template_path)
     ex_mod, ex_seg = example_target(prompts)
     values = {
@@ -576,6 +572,17 @@ def estimate_tokens(messages: Sequence[dict]) -> int:
     no tokenizer is needed. Grid observations are the densest text here (measured 2.6 characters per
     Qwen2.5 token on MAPF trajectories; English prose is near 4), so it errs towards shortening."""
     return sum(len(str(m.get("content") or "")) * 2 // 5 + 8 for m in messages)
+
+
+def fit_to_budget(build: Callable[..., tuple], settings: Sequence[tuple], budget: int | None) -> tuple:
+    """``build(*setting)`` (a tuple whose first item is the messages) for the first of ``settings`` (longest
+    first) whose prompt is estimated within ``budget``; the last setting when none fits or budget is None."""
+    out: tuple = ()
+    for setting in settings:
+        out = build(*setting)
+        if budget is None or estimate_tokens(out[0]) <= budget:
+            break
+    return out
 
 
 def prompt_budget(gateway: Any, max_tokens: int | None, margin: int = 64) -> int | None:

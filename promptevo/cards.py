@@ -31,8 +31,8 @@ from promptevo.analyzer import (
     _get,
     _stats_line,
     call_json,
-    estimate_tokens,
     example_strings,
+    fit_to_budget,
     json_grammar_for,
     load_template,
     prompt_budget,
@@ -524,15 +524,13 @@ def build_cards(
     fingerprint = prompts.fingerprint() if hasattr(prompts, "fingerprint") else ""
     if not results:
         return CardSet(ok=False, error="no episodes to summarise", prompt_fingerprint=fingerprint)
-    budget = prompt_budget(gateway, max_tokens)
-    groups = None
-    for k, oc in ((max_steps_shown, obs_chars), (max(4, max_steps_shown // 2), min(obs_chars, 80)), (4, 60)):
-        msgs, groups = build_cards_messages(
-            results, env_instructions=env_instructions, max_steps_shown=k, obs_chars=oc,
-            template_path=template_path, groups=groups,
-        )
-        if budget is None or estimate_tokens(msgs) <= budget:
-            break  # the representatives are shortened until the prompt fits the model's window
+    groups = group_episodes(results)
+    # the representatives are shortened until the prompt fits the model's window
+    msgs, groups = fit_to_budget(
+        lambda k, oc: build_cards_messages(results, env_instructions=env_instructions, max_steps_shown=k,
+                                           obs_chars=oc, template_path=template_path, groups=groups),
+        [(max_steps_shown, obs_chars), (max(4, max_steps_shown // 2), min(obs_chars, 80)), (4, 60)],
+        prompt_budget(gateway, max_tokens))
     parsed, raw, err, usage = call_json(
         gateway,
         msgs,
