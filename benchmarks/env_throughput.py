@@ -16,7 +16,7 @@ import random
 import time
 from pathlib import Path
 
-from promptevo.envs.babyai import ACTIONS, BABYAI_GOALS, make_babyai_env
+from promptevo.envs.babyai.env import ACTIONS, BABYAI_GOALS, make_babyai_env
 
 GOAL_STEPS_PER_S = 20_000
 

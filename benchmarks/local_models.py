@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from promptevo import localmodel as lm  # noqa: E402
+from promptevo.llm import local as lm  # noqa: E402
 
 ACTIONS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 ACTION_GRAMMAR = "root ::= " + " | ".join(f'"{a}"' for a in ACTIONS)

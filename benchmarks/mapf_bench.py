@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from promptevo.envs.mapf import (  # noqa: E402
+from promptevo.envs.mapf.env import (  # noqa: E402
     MAPF_PRESETS,
     MOVES,
     MAPFFrozenLakeEnv,

@@ -46,11 +46,12 @@ import promptevo  # noqa: E402,F401  (offline LiteLLM defaults)
 from env_throughput import GOAL_STEPS_PER_S, measure as measure_env  # noqa: E402
 from fake_openai_server import FakeServerProcess  # noqa: E402
 
-from promptevo import llm as llm_mod  # noqa: E402
+from promptevo.llm import gateway as llm_mod  # noqa: E402
+from promptevo.llm.providers import litellm_module  # noqa: E402
 from promptevo.agents import agent_factory  # noqa: E402
-from promptevo.envs.babyai import BABYAI_GOALS  # noqa: E402
+from promptevo.envs.babyai.env import BABYAI_GOALS  # noqa: E402
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM  # noqa: E402
-from promptevo.rollout import run_episode, run_episodes  # noqa: E402
+from promptevo.evaluation.rollout import run_episode, run_episodes  # noqa: E402
 from promptevo.tasks import TaskConfig, load_task  # noqa: E402
 
 REALISTIC_LLM_S = 0.200
@@ -104,7 +105,7 @@ def _instrumented(timers: _Timers) -> Iterator[Callable[[TaskConfig], Any]]:
     """Time ``litellm.completion`` (patched on the module the gateway calls) and env steps."""
     from promptevo.tasks import make_env
 
-    lit = llm_mod._litellm()
+    lit = litellm_module()
     orig = lit.completion
 
     def timed_completion(*a: Any, **kw: Any) -> Any:
@@ -258,7 +259,7 @@ def http_call_costs(api_base: str, calls: int = 8, delay_s: float = FAKE_DELAY_S
 
     msgs = [{"role": "user", "content": "Observation: a wall 2 steps forward. " * 40}]
     client = openai.OpenAI(base_url=api_base, api_key=llm_mod.PLACEHOLDER_LOCAL_KEY, max_retries=0)
-    lit = llm_mod._litellm()
+    lit = litellm_module()
     gw = Gateway(LLMConfig(model="openai/fake", api_base=api_base, cache_dir=None, num_retries=0))
     fns: dict[str, Callable[[], Any]] = {
         "openai_client": lambda: client.chat.completions.create(model="fake", messages=msgs, temperature=0.0,
@@ -338,9 +339,9 @@ def pick_local_model(preferred: str | None = None, strict: bool = True) -> tuple
     """(model string, note): ``preferred`` if installed (``strict=False``: else qwen2.5-coder-1.5b,
     else smollm2-135m); ``(None, reason)`` when there is nothing to run."""
     try:
-        from promptevo.localmodel import list_local_models
+        from promptevo.llm.local import list_local_models
     except ImportError as e:
-        return None, f"promptevo.localmodel unavailable: {e}"
+        return None, f"promptevo.llm.local unavailable: {e}"
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -367,7 +368,7 @@ def bench_local(model: str, max_tokens: int = 32, rounds: int = 4, n_threads: in
     """
     import llama_cpp
 
-    from promptevo import localmodel as lm
+    from promptevo.llm import local as lm
 
     lm.configure(n_threads=n_threads)
     resolved = lm.resolve_model(model)

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in only if x not in ALL]
     if bad:
         p.error(f"unknown run(s) {bad}; choose from {ALL}")
-    exe = [sys.executable, "-m", "promptevo.cli"]
+    exe = [sys.executable, "-m", "promptevo"]
     model = ["--model", a.model] if a.model else []
     common = shlex.split(a.common) + model
     base = ["optimize", "--task", a.task, "--agent", a.agent, "--init", a.init, *common]

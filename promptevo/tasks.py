@@ -11,11 +11,11 @@ A task is a small TOML file in ``tasks/`` (one file per task, the file stem is t
     heldout_seeds = { start = 100000, count = 1000 }
 
 MAPF tasks name a preset instead of a goal (``mapf_preset = "easy"``); the preset file
-``tasks/mapf/<preset>.toml`` belongs to :mod:`promptevo.envs.mapf`. A MAPF task may also carry an inline
+``tasks/mapf/<preset>.toml`` belongs to :mod:`promptevo.envs.mapf.env`. A MAPF task may also carry an inline
 ``[mapf_config]`` table of generator knobs merged over the preset (``rows = 4``, ``slip_prob = 0.1``, ...;
 the fields of :class:`promptevo.envs.mapf.MAPFConfig`); :func:`mapf_config_for` gives the effective config
 and :func:`with_mapf_config` returns a task whose environment is exactly a given config (used by the
-curriculum of :mod:`promptevo.engineer`).
+curriculum of :mod:`promptevo.envs.mapf.curriculum`).
 
 Seeds (fixed, documented, so every run is reproducible):
 
@@ -43,9 +43,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from promptevo.envs.base import TextEnv
+from promptevo.resources import tasks_dir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from promptevo.envs.mapf import MAPFConfig
+    from promptevo.envs.mapf.env import MAPFConfig
 
 #: The five BALROG BabyAI goals (mirrors ``promptevo.envs.babyai.BABYAI_GOALS``; kept here so task files
 #: can be validated without importing minigrid).
@@ -61,9 +62,6 @@ class TaskError(ValueError):
     """A task name or task file is wrong; ``str(e)`` is one line meant for the user."""
 
 
-def tasks_dir() -> Path:
-    env = os.environ.get("PROMPTEVO_TASKS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "tasks"
 
 
 class SeedRange(BaseModel):
@@ -97,7 +95,7 @@ class TaskConfig(BaseModel):
     def _check_mapf_config(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if value is None:
             return None
-        from promptevo.envs.mapf import MAPFConfig, MAPFConfigError, load_mapf_preset, make_mapf_config
+        from promptevo.envs.mapf.env import MAPFConfig, MAPFConfigError, load_mapf_preset, make_mapf_config
 
         unknown = [k for k in value if k not in MAPFConfig.model_fields]
         if unknown:
@@ -196,7 +194,7 @@ def load_task_file(path: str | Path) -> TaskConfig:
     except ValidationError as e:
         raise TaskError(f"{path}: {_first_error_line(e)}") from None
     if task.family == "mapf":  # a bad or missing preset fails here, not in the middle of a run
-        from promptevo.envs.mapf import MAPFConfigError, load_mapf_preset
+        from promptevo.envs.mapf.env import MAPFConfigError, load_mapf_preset
 
         try:
             load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
@@ -228,10 +226,10 @@ def load_task(name: str) -> TaskConfig:
 def make_env(task: TaskConfig) -> TextEnv:
     """Build a fresh environment for ``task`` (one per episode; envs are not thread-safe)."""
     if task.family == "babyai":
-        from promptevo.envs.babyai import BabyAITextEnv
+        from promptevo.envs.babyai.env import BabyAITextEnv
 
         return BabyAITextEnv(task.goal, num_dists=task.num_dists)
-    from promptevo.envs.mapf import MAPFFrozenLakeEnv
+    from promptevo.envs.mapf.env import MAPFFrozenLakeEnv
 
     return MAPFFrozenLakeEnv(mapf_config_for(task))
 
@@ -244,7 +242,7 @@ def mapf_config_for(task: TaskConfig) -> "MAPFConfig":
     """
     if task.family != "mapf":
         raise TaskError(f"task {task.name!r} is a {task.family} task, not a MAPF task")
-    from promptevo.envs.mapf import load_mapf_preset, make_mapf_config
+    from promptevo.envs.mapf.env import load_mapf_preset, make_mapf_config
 
     base = load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
     if not task.mapf_config:
@@ -255,7 +253,7 @@ def mapf_config_for(task: TaskConfig) -> "MAPFConfig":
 def with_mapf_config(task: TaskConfig, config: "MAPFConfig") -> TaskConfig:
     """A copy of MAPF ``task`` whose environment is generated from ``config`` (all knobs, preset kept as
     the named base). Names, seeds, episodes and ``max_steps`` of the task are unchanged."""
-    from promptevo.envs.mapf import MAPFConfig
+    from promptevo.envs.mapf.env import MAPFConfig
 
     if task.family != "mapf":
         raise TaskError(f"task {task.name!r} is a {task.family} task; only MAPF tasks take a MAPF config")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from promptevo.agents import (
-    AGENTS,
+    agents,
     FALLBACK_ACTION,
     ActionSpace,
     agent_factory,
@@ -78,7 +78,7 @@ def test_normalize_and_match_are_tolerant_but_exact():
 
 
 def test_robust_cot_takes_first_match_and_falls_back():
-    space = ActionSpace(FakeCounterEnv())
+    space = FakeCounterEnv().action_space()
     assert parse_tagged_action("think...\n<|ACTION|> B <|END|> and <|ACTION|>a<|END|>", space) == ("b", True)
     # the first block wins even when it is unusable (BALROG's first-match behaviour)
     assert parse_tagged_action("<|ACTION|>YOUR_ACTION<|END|> then <|ACTION|>a<|END|>", space) == (
@@ -89,7 +89,7 @@ def test_robust_cot_takes_first_match_and_falls_back():
 
 
 def test_naive_needs_the_whole_reply_to_be_an_action():
-    space = ActionSpace(FakeCounterEnv())
+    space = FakeCounterEnv().action_space()
     assert parse_plain_action("B.", space) == ("b", True)
     assert parse_plain_action("I pick b", space) == (FALLBACK_ACTION, False)
 
@@ -106,8 +106,8 @@ def test_fallback_is_invalid_in_real_envs(task):
 def test_mapf_joint_actions_use_the_env_parser():
     env = make_env(load_task("mapf-easy"))
     env.reset(0)
-    space = ActionSpace(env)
-    assert space.joint
+    space = env.action_space()
+    assert space.n_agents == 2  # a joint action space
     assert space.match("Agent 1: UP, agent 2: left") == "agent 1: up, agent 2: left"
     assert parse_tagged_action("<|ACTION|>agent 1: down, agent 2: stay<|END|>", space) == (
         "agent 1: down, agent 2: stay", True)
@@ -249,7 +249,7 @@ def test_constrained_passes_a_grammar_and_auto_is_off_for_remote(gateway):
 def test_mapf_joint_grammar_has_one_move_per_agent():
     env = make_env(load_task("mapf-easy"))
     env.reset(0)
-    rules = ActionSpace(env).gbnf_rules()
+    rules = env.action_space().gbnf_rules()
     assert rules.startswith('action ::= "agent 1: " move ", " "agent 2: " move')
     assert 'move ::= "up" | "down" | "left" | "right" | "stay"' in rules
 
@@ -272,7 +272,7 @@ def test_unknown_agent_is_one_line_listing_valid_names(gateway):
     with pytest.raises(AgentError) as e:
         make_agent("smart", gateway, PromptSet())
     msg = str(e.value)
-    assert "\n" not in msg and all(name in msg for name in AGENTS)
+    assert "\n" not in msg and all(name in msg for name in agents())
 
 
 @pytest.mark.parametrize("task", ["goto", "putnext", "mapf-easy"])
@@ -289,7 +289,7 @@ def test_default_prompts_load_and_render(task, agent, gateway):
     _, info = env.reset(0)
     a = make_agent(agent, gateway, ps)
     a.reset(env, info["mission"])
-    reply = "<|ACTION|>%s<|END|>" % (ActionSpace(env).sample(__import__("random").Random(0)))
+    reply = "<|ACTION|>%s<|END|>" % (env.action_space().sample(__import__("random").Random(0)))
     with ScriptedLLM.install(lambda m: reply):
         d = a.act("obs", {})
     for call in d.calls:
@@ -327,7 +327,7 @@ def test_agent_factory_builds_fresh_agents_and_fails_early(gateway):
 def test_local_model_grammar_forces_a_valid_action(agent):
     """Real llama.cpp run: the GBNF grammar must be accepted and must force a parsable action."""
     pytest.importorskip("llama_cpp")
-    from promptevo import localmodel
+    from promptevo.llm import local as localmodel
 
     if not any(m.installed and m.model == "local/smollm2-135m" for m in localmodel.list_local_models()):
         pytest.skip("local/smollm2-135m is not installed")

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from promptevo.analyzer import (
+from promptevo.optim.reflect.analyzer import (
     Analysis,
     analyze,
     counterfactual_ablation,
@@ -19,7 +19,7 @@ from promptevo.analyzer import (
     select_episodes,
 )
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
-from promptevo.rollout import EpisodeResult
+from promptevo.evaluation.rollout import EpisodeResult
 from promptevo.segments import Prompt, PromptSet, Segment
 
 
@@ -249,7 +249,7 @@ class RecordingGatewayDouble:
 
 
 def test_local_optimizer_models_get_a_json_grammar():
-    from promptevo.analyzer import JSON_OBJECT_GRAMMAR
+    from promptevo.optim.reflect.analyzer import JSON_OBJECT_GRAMMAR
 
     local = RecordingGatewayDouble("local/qwen2.5-coder-1.5b")
     assert analyze(two_stage_prompts(), [episode(1, False)], local).ok
@@ -263,7 +263,7 @@ def test_local_optimizer_models_get_a_json_grammar():
 
 
 def test_a_reply_that_copies_the_template_example_is_asked_again():
-    from promptevo.analyzer import build_analyzer_messages, example_strings
+    from promptevo.optim.reflect.analyzer import build_analyzer_messages, example_strings
 
     msgs, _ = build_analyzer_messages(two_stage_prompts(), [episode(1, False)])
     example = example_strings(msgs[0]["content"])
@@ -284,7 +284,7 @@ def test_a_reply_that_copies_the_template_example_is_asked_again():
 
 def test_a_reply_that_copies_only_part_of_the_example_keeps_its_own_findings():
     """Small local models copy one example item and fill the rest themselves: keep their own items."""
-    from promptevo.analyzer import build_analyzer_messages, example_strings, scrub_copied
+    from promptevo.optim.reflect.analyzer import build_analyzer_messages, example_strings, scrub_copied
 
     msgs, _ = build_analyzer_messages(two_stage_prompts(), [episode(1, False)])
     copied_text = sorted(example_strings(msgs[0]["content"]))[0]
@@ -315,7 +315,7 @@ def long_episode(seed: int, steps: int = 60) -> EpisodeResult:
 
 
 def test_raw_trajectories_are_shortened_to_fit_the_models_window():
-    from promptevo.analyzer import build_analyzer_messages, estimate_tokens
+    from promptevo.optim.reflect.analyzer import build_analyzer_messages, estimate_tokens
 
     eps = [long_episode(s) for s in range(6)]
     full, seeds_full = build_analyzer_messages(two_stage_prompts(), eps)
@@ -328,7 +328,7 @@ def test_raw_trajectories_are_shortened_to_fit_the_models_window():
 
 
 def test_analyze_fits_its_prompt_to_the_gateway_context_window(monkeypatch):
-    from promptevo.analyzer import estimate_tokens
+    from promptevo.optim.reflect.analyzer import estimate_tokens
 
     gw = scripted_gateway()
     monkeypatch.setattr(gw, "context_window", lambda: 4096)
@@ -364,7 +364,7 @@ def test_a_prompt_longer_than_the_window_fails_the_call_not_the_run():
 
 
 def test_context_window_known_for_local_models_unknown_for_the_test_double():
-    from promptevo import localmodel
+    from promptevo.llm import local as localmodel
 
     assert scripted_gateway().context_window() is None
     local = Gateway(LLMConfig(model="local/qwen2.5-coder-1.5b", cache_dir=None))

@@ -1,4 +1,4 @@
-"""Tests for promptevo.envs.babyai: BALROG fidelity (golden vectors), the fast observation path
+"""Tests for promptevo.envs.babyai.env: BALROG fidelity (golden vectors), the fast observation path
 against stock minigrid, the text-env contract, the BabyAI bot oracle and fuzzing."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import ObjDesc
 from minigrid.minigrid_env import MiniGridEnv
 
-from promptevo.envs.babyai import (
+from promptevo.envs.babyai.env import (
     ACTIONS,
     BABYAI_GOALS,
     BabyAITextEnv,

@@ -110,11 +110,11 @@ def test_figures_table_and_results_file(bench, tmp_path):
 def test_pick_local_model_strict_and_fallback(bench, monkeypatch):
     pytest.importorskip("llama_cpp")
     # a stub localmodel module (importing the real one here would leak into other tests' stubs)
-    stub = types.ModuleType("promptevo.localmodel")
+    stub = types.ModuleType("promptevo.llm.local")
     stub.list_local_models = lambda include_unknown=True: [  # type: ignore[attr-defined]
         types.SimpleNamespace(model="local/smollm2-135m", installed=True),
         types.SimpleNamespace(model="local/qwen2.5-coder-1.5b", installed=False)]
-    monkeypatch.setitem(sys.modules, "promptevo.localmodel", stub)
+    monkeypatch.setitem(sys.modules, "promptevo.llm.local", stub)
     model, note = bench.pick_local_model("local/not-a-model")
     assert model is None and "not installed" in note
     assert bench.pick_local_model("local/not-a-model", strict=False) == ("local/smollm2-135m", "")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from promptevo.analyzer import JSON_OBJECT_GRAMMAR, analyze, build_analyzer_messages
-from promptevo.cards import (
+from promptevo.optim.reflect.analyzer import JSON_OBJECT_GRAMMAR, analyze, build_analyzer_messages
+from promptevo.optim.reflect.cards import (
     ABORTED,
     ENDED,
     OUT_OF_STEPS,
@@ -22,7 +22,7 @@ from promptevo.cards import (
     group_episodes,
 )
 from promptevo.llm import Completion, Gateway, LLMConfig, ScriptedLLM
-from promptevo.rollout import EpisodeResult
+from promptevo.evaluation.rollout import EpisodeResult
 from promptevo.segments import Prompt, PromptSet, Segment
 
 
@@ -306,7 +306,7 @@ def test_analyzer_prompt_with_cards_is_shorter_than_with_raw_trajectories():
 
 
 def test_cards_prompt_is_shortened_to_fit_the_models_window(monkeypatch):
-    from promptevo.analyzer import estimate_tokens
+    from promptevo.optim.reflect.analyzer import estimate_tokens
 
     eps = [make_episode(s, k, steps=40, obs_pad=8) for s, k in enumerate(["loop", "invalid", "wander", "win"])]
     full, _ = build_cards_messages(eps)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from promptevo.cli import app
+from promptevo.cli.main import app
 from promptevo.llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ runner = CliRunner()
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "promptevo.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "promptevo", *args], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
 
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from promptevo.compare import CompareConfig, CompareError, Comparison, cli_main, parse_methods
-from promptevo.gepa_baseline import (
+from promptevo.baselines.compare import CompareConfig, CompareError, Comparison, cli_main, parse_methods
+from promptevo.baselines.gepa import (
     INSTRUCTION_SEGMENT,
     compose_prompts,
     dspy_available,
@@ -114,7 +114,7 @@ def test_results_table_renders(tmp_path):
     pytest.importorskip("minigrid")
     from rich.console import Console
 
-    from promptevo.compare import results_table
+    from promptevo.baselines.compare import results_table
 
     cfg = _cfg(tmp_path, ["robust-cot"])
     with ScriptedLLM.install(scripted):
@@ -140,7 +140,7 @@ def test_compose_prompts_keeps_fixed_segments_and_seed_is_unchanged():
 
 
 def test_episode_feedback_mentions_outcome_and_invalid_actions():
-    from promptevo.rollout import EpisodeResult
+    from promptevo.evaluation.rollout import EpisodeResult
 
     traj = [{"observation": "a wall 1 step forward", "action": "go forward", "valid": True},
             {"observation": "a wall 1 step forward", "action": "dance", "valid": False}]
@@ -177,7 +177,7 @@ def test_gepa_runs_through_our_gateway_and_returns_a_promptset(tmp_path):
 def test_gateway_lm_is_a_dspy_lm_counted_by_the_gateway():
     import dspy
 
-    from promptevo.gepa_baseline import gateway_lm_class
+    from promptevo.baselines.gepa import gateway_lm_class
 
     gw = Gateway(LLMConfig(model="fake/optimizer", cache_dir=None, num_retries=0))
     lm = gateway_lm_class()(gw, "gepa-reflection")
@@ -189,7 +189,7 @@ def test_gateway_lm_is_a_dspy_lm_counted_by_the_gateway():
 
 
 def test_gepa_without_dspy_is_one_clear_line(monkeypatch, capsys):
-    import promptevo.gepa_baseline as gb
+    import promptevo.baselines.gepa as gb
 
     monkeypatch.setattr(gb, "dspy_available", lambda: False)
     rc = cli_main(["--task", "goto", "--methods", "robust-cot,gepa"])

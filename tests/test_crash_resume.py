@@ -58,7 +58,7 @@ def scripted_model_double():
 
 
 def optimize_cmd(api_base: str, results: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-c", "from promptevo.cli import main; main()", "optimize", *extra,
+    return [sys.executable, "-c", "from promptevo.cli.main import main; main()", "optimize", *extra,
             "--model", "openai/fake", "--api-base", api_base, "--results-dir", str(results), "--quiet"]
 
 

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from promptevo.diagnostics import (
+from promptevo.optim.diagnostics import (
     BacktestResult,
     Veto,
     backtest,

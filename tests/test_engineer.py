@@ -1,4 +1,4 @@
-"""Tests of the LLM environment engineer and the MAPF curriculum (promptevo.engineer), and of the inline
+"""Tests of the LLM environment engineer and the MAPF curriculum (promptevo.envs.mapf.curriculum), and of the inline
 MAPF config override of tasks (promptevo.tasks).
 
 Test doubles (all LLM calls go to ``fake/scripted`` through :class:`ScriptedLLM`; calls are told apart by
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from promptevo.engineer import (
+from promptevo.envs.mapf.curriculum import (
     DEFAULT_BOUNDS,
     FAILURE_CAUSES,
     Bounds,
@@ -32,8 +32,8 @@ from promptevo.engineer import (
     render_report,
     run_curriculum,
 )
-from promptevo.envs.mapf import MAPFConfig, load_mapf_preset
-from promptevo.evolve import EvolveConfig, EvolveError
+from promptevo.envs.mapf.env import MAPFConfig, load_mapf_preset
+from promptevo.optim.engine import EvolveConfig, EvolveError
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
 from promptevo.segments import PromptSet
 from promptevo.tasks import TaskConfig, TaskError, load_task, load_task_file, make_env, mapf_config_for, with_mapf_config
@@ -442,7 +442,7 @@ def test_cli_runs_then_extends_a_curriculum_on_resume(tmp_path, capsys):
 
 
 def test_a_crash_in_stage_one_leaves_a_resumable_curriculum(tmp_path, monkeypatch):
-    import promptevo.engineer as eng
+    import promptevo.envs.mapf.curriculum as eng
 
     start_task(tmp_path)
     args = ["--task", str(tmp_path / "start.toml"), "--model", "fake/scripted", "-g", "1", "-n", "2",

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from promptevo.envs.base import StepResult, TextEnv
-from promptevo.evolve import (
+from promptevo.optim.engine import (
     EvolveConfig,
     EvolveError,
     accept,
@@ -32,9 +32,9 @@ from promptevo.evolve import (
     sign_test_p,
     usage_totals,
 )
-from promptevo.export import export_run, load_agent_config
+from promptevo.reporting.export import export_run, load_agent_config
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
-from promptevo.rollout import run_episodes
+from promptevo.evaluation.rollout import run_episodes
 from promptevo.segments import Prompt, PromptSet, Segment
 from promptevo.tasks import SeedRange, TaskConfig
 
@@ -435,7 +435,7 @@ def test_export_writes_loadable_files_and_lineage(tmp_path):
 
 
 def test_cli_args_and_resume_config(tmp_path):
-    from promptevo.evolve import config_from_args
+    from promptevo.optim.engine import config_from_args
 
     cfg, quiet = config_from_args(["--task", "pickup", "-g", "3", "--budget-calls", "10", "--baseline", "none",
                                    "--results-dir", str(tmp_path), "--optimizer-model", "openai/gpt-4o-mini", "-q"])
@@ -453,7 +453,7 @@ def test_cli_args_and_resume_config(tmp_path):
 
 
 def test_export_cli(tmp_path, capsys):
-    from promptevo.export import cli_main
+    from promptevo.reporting.export import cli_main
 
     res = run(config(tmp_path, generations=1), CountingRunner(), fast=True)
     assert cli_main([str(res.run_dir), "--out", str(tmp_path / "exp")]) == 0
@@ -503,7 +503,7 @@ def test_ablation_of_best_prompts_reuses_stored_episodes(tmp_path):
 
 
 def test_episode_store_tolerates_a_cut_last_line_but_not_corruption(tmp_path):
-    from promptevo.evolve import EpisodeStore
+    from promptevo.optim.engine import EpisodeStore
 
     path = tmp_path / "episodes.jsonl"
     store = EpisodeStore(path)

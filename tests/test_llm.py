@@ -27,7 +27,7 @@ from promptevo.llm import (
 )
 
 import litellm  # noqa: E402  (after promptevo, see above)
-import promptevo  # noqa: E402
+import promptevo.llm  # noqa: E402
 
 MSGS = [{"role": "system", "content": "You play a game."},
         {"role": "user", "content": "You see a ball ahead. Act."}]
@@ -252,10 +252,10 @@ def test_bad_config_values():
 
 
 def test_local_models_register_the_local_provider_lazily(monkeypatch):
-    """local/... calls promptevo.localmodel.ensure_registered(); grammar is passed through."""
+    """local/... calls promptevo.llm.local.ensure_registered(); grammar is passed through."""
     script = Script("go forward")
     calls = []
-    stub = types.ModuleType("promptevo.localmodel")
+    stub = types.ModuleType("promptevo.llm.local")
 
     def ensure_registered():
         calls.append(1)
@@ -264,8 +264,8 @@ def test_local_models_register_the_local_provider_lazily(monkeypatch):
                 {"provider": "local", "custom_handler": ScriptedLLM()})
 
     stub.ensure_registered = ensure_registered
-    monkeypatch.setitem(sys.modules, "promptevo.localmodel", stub)
-    monkeypatch.setattr(promptevo, "localmodel", stub, raising=False)
+    monkeypatch.setitem(sys.modules, "promptevo.llm.local", stub)
+    monkeypatch.setattr(promptevo.llm, "local", stub, raising=False)
     # an earlier test may have registered the real llama.cpp provider: start from a map without it
     monkeypatch.setattr(
         litellm, "custom_provider_map", [i for i in litellm.custom_provider_map if i["provider"] != "local"]

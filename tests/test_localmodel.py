@@ -1,4 +1,4 @@
-"""Tests of promptevo.localmodel: discovery, chunk joining, sha checks, errors, LiteLLM plumbing.
+"""Tests of promptevo.llm.local: discovery, chunk joining, sha checks, errors, LiteLLM plumbing.
 
 Fast tests build tiny fake "chunk distributions" (dist-info folders with a RECORD) in a temp dir on
 sys.path, so importlib.metadata finds them exactly as it finds the real chunk packages. Tests marked
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from promptevo import localmodel as lm
+from promptevo.llm import local as lm
 
 ACTIONS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 ACTION_GRAMMAR = "root ::= " + " | ".join(f'"{a}"' for a in ACTIONS)

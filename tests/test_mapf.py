@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from promptevo.envs.base import TextEnv
-from promptevo.envs.mapf import (
+from promptevo.envs.mapf.env import (
     GYM_ENV_ID,
     MAPF_PRESETS,
     MOVES,
@@ -30,7 +30,7 @@ from promptevo.envs.mapf import (
     parse_joint_action,
     resolve_moves,
 )
-from promptevo.envs.mapf_solver import (
+from promptevo.envs.mapf.solver import (
     GridMap,
     JointPlan,
     SolverError,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from promptevo.analyzer import Analysis, Proposal
+from promptevo.optim.reflect.analyzer import Analysis, Proposal
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
-from promptevo.mutator import check_edit, propose, propose_detailed, repair_edit
+from promptevo.optim.propose.mutator import check_edit, propose, propose_detailed, repair_edit
 from promptevo.segments import Edit, Prompt, PromptSet, Segment, apply_edit
 
 
@@ -176,7 +176,7 @@ def test_reply_examples_use_the_prompt_set_own_names():
 
 
 def test_skills_section_only_when_skills_are_given():
-    from promptevo.mutator import SKILLS_HEADING, build_mutator_messages
+    from promptevo.optim.propose.mutator import SKILLS_HEADING, build_mutator_messages
 
     ps = prompts()
     plain = build_mutator_messages(ps, ANALYSIS, n=2, history=None)

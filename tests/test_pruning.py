@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from promptevo import pruning
+from promptevo.optim.propose import pruner as pruning
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
-from promptevo.pruning import (
+from promptevo.optim.propose.pruner import (
     competent,
     count_tokens,
     prompt_tokens,
@@ -114,7 +114,7 @@ def test_token_counting_never_touches_the_network():
         "import socket\n"
         "def no(*a, **k): raise OSError('network is off in this test')\n"
         "socket.socket.connect = no; socket.getaddrinfo = no; socket.create_connection = no\n"
-        "from promptevo.pruning import count_tokens\n"
+        "from promptevo.optim.propose.pruner import count_tokens\n"
         "import litellm\n"
         "print(count_tokens('Go to the red ball, then pick up the blue key.'), "
         "litellm.token_counter(model='gpt-3.5-turbo', text='Go to the red ball, then pick up the blue key.'))\n"

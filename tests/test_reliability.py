@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import promptevo.llm as llm_mod
+import promptevo.llm.gateway as llm_mod
 from promptevo.agents import (
     FALLBACK_ACTION,
     ActionSpace,
@@ -32,10 +32,10 @@ from promptevo.agents import (
     parse_plain_action,
     parse_tagged_action,
 )
-from promptevo.cli import app
+from promptevo.cli.main import app
 from doubles import FakeSeedEnv
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM, ScriptedReply, redact, redact_url
-from promptevo.rollout import (
+from promptevo.evaluation.rollout import (
     CLIP_MARKER,
     MAX_STORED_TEXT_CHARS,
     RunWriter,
@@ -252,13 +252,13 @@ def test_fault_injection_through_cli_eval(tmp_path: Path, monkeypatch):
 # -- 2. configuration validation ----------------------------------------------------------------------
 def _cli(*args: str, env: dict | None = None, code: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
-    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "promptevo.cli", *args]
+    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "promptevo", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120)
 
 
 def _main(capfd, monkeypatch, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``promptevo.cli.main`` in-process (fast); stdout/stderr captured at the file-descriptor level."""
-    from promptevo.cli import main
+    from promptevo.cli.main import main
 
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
@@ -365,7 +365,7 @@ API_BASE = f"http://alice:{SECRET_PASS}@127.0.0.1:9/v1"
 # Runs the CLI in a subprocess with the retry backoff set to zero (a test-only patch of the gateway).
 _RUN_CLI_NO_BACKOFF = (
     "import sys, promptevo.llm as L; L._backoff = lambda c, i: 0.0\n"
-    "from promptevo.cli import main; sys.argv = ['promptevo', *sys.argv[1:]]; main()\n"
+    "from promptevo.cli.main import main; sys.argv = ['promptevo', *sys.argv[1:]]; main()\n"
 )
 
 
@@ -502,7 +502,7 @@ class _SpaceEnv(FaultEnv):
           suppress_health_check=[HealthCheck.too_slow])
 @given(reply=_reply)
 def test_fuzz_action_parsers(reply):
-    space = ActionSpace(_SpaceEnv())
+    space = _SpaceEnv().action_space()
     for parse in (parse_tagged_action, parse_plain_action):
         action, ok = parse(reply, space)
         assert isinstance(action, str) and (action in space.valid if ok else action == FALLBACK_ACTION)
@@ -523,9 +523,9 @@ def test_degenerate_long_replies_parse_fast():
     """Replies of ~100k characters built to make backtracking parsers slow are parsed in well under a second."""
     import time
 
-    from promptevo.envs.mapf import parse_joint_action
+    from promptevo.envs.mapf.env import parse_joint_action
 
-    space = ActionSpace(_SpaceEnv())
+    space = _SpaceEnv().action_space()
     for reply in ("<|ACTION|>" * 10_000, "<|ACTION|>" + "x" * 100_000, "agent 1 " * 12_000, "1: " * 30_000,
                   " " * 100_000 + "turn left", "up, " * 25_000, "*" * 100_000):
         t0 = time.perf_counter()
@@ -538,7 +538,7 @@ def test_degenerate_long_replies_parse_fast():
 @settings(max_examples=FUZZ["joint"], deadline=None, database=None, derandomize=True)
 @given(reply=_reply, n=st.integers(1, 9))
 def test_fuzz_joint_action_parser(reply, n):
-    from promptevo.envs.mapf import MOVES, parse_joint_action
+    from promptevo.envs.mapf.env import MOVES, parse_joint_action
 
     p = parse_joint_action(reply, n)
     assert p.moves is None or (len(p.moves) == n and all(m in MOVES for m in p.moves))
@@ -553,7 +553,7 @@ _cell = st.tuples(st.integers(0, 10), st.integers(0, 5), st.integers(0, 2))
 def test_fuzz_babyai_describe(cells, carry):
     from types import SimpleNamespace
 
-    from promptevo.envs.babyai import describe
+    from promptevo.envs.babyai.env import describe
 
     image = np.array(cells, dtype=np.uint8).reshape(7, 7, 3)
     carrying = None if carry is None else SimpleNamespace(color="red", type=carry)
@@ -568,7 +568,7 @@ def test_fuzz_babyai_describe(cells, carry):
                                                    "toggle"]), _text), max_size=12))
 def test_fuzz_babyai_env_positions(goal, seed, actions):
     """Random levels and random walks (random agent positions/carrying) render without an exception."""
-    from promptevo.envs.babyai import BabyAITextEnv
+    from promptevo.envs.babyai.env import BabyAITextEnv
 
     env = BabyAITextEnv(goal)
     obs, _ = env.reset(seed)
@@ -583,7 +583,7 @@ def test_fuzz_babyai_env_positions(goal, seed, actions):
 
 @st.composite
 def _mapf_state(draw):
-    from promptevo.envs.mapf import MAPFConfig, MAPFInstance
+    from promptevo.envs.mapf.env import MAPFConfig, MAPFInstance
 
     rows, cols = draw(st.integers(2, 12)), draw(st.integers(2, 12))
     cells = [(r, c) for r in range(rows) for c in range(cols)]
@@ -605,7 +605,7 @@ def _mapf_state(draw):
           suppress_health_check=[HealthCheck.too_slow])
 @given(state=_mapf_state())
 def test_fuzz_mapf_render(state):
-    from promptevo.envs.mapf import MAPFFrozenLakeEnv
+    from promptevo.envs.mapf.env import MAPFFrozenLakeEnv
 
     cfg, inst, moves, seed = state
     env = MAPFFrozenLakeEnv(cfg)

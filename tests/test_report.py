@@ -1,4 +1,4 @@
-"""Tests of the static HTML run report (promptevo.report).
+"""Tests of the static HTML run report (promptevo.reporting.html).
 
 Runs are built with :func:`promptevo.evolve.optimize` and the test doubles of ``test_evolve.py``
 (``ScriptedPickupEnv`` + ``ScriptedLLM`` replies for ``fake/agent`` and ``fake/optimizer``). The headless
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from test_evolve import CountingRunner, config, run  # test doubles of the optimization loop
 
-from promptevo.export import export_run
-from promptevo.report import REPORT_HTML, esc, load_run, render_html, write_html
+from promptevo.reporting.export import export_run
+from promptevo.reporting.html import REPORT_HTML, esc, load_run, render_html, write_html
 
 EVIL = "<script>alert(1)</script>"
 
@@ -141,8 +141,8 @@ def test_partial_runs_render(full_run, tmp_path):
 
 
 def test_load_run_errors_and_cli(tmp_path, capsys):
-    from promptevo.evolve import EvolveError
-    from promptevo.report import cli_main
+    from promptevo.optim.engine import EvolveError
+    from promptevo.reporting.html import cli_main
 
     with pytest.raises(EvolveError, match="no checkpoint.json"):
         load_run(tmp_path)
@@ -160,7 +160,7 @@ def test_load_run_errors_and_cli(tmp_path, capsys):
     # the same through `promptevo report RUN`
     from typer.testing import CliRunner
 
-    from promptevo.cli import app
+    from promptevo.cli.main import app
 
     r = CliRunner().invoke(app, ["report", str(res.run_dir)])
     assert r.exit_code == 0 and str(res.run_dir / REPORT_HTML) in r.output
@@ -170,7 +170,7 @@ def test_load_run_errors_and_cli(tmp_path, capsys):
 
 
 def test_report_failure_does_not_fail_the_run(tmp_path, monkeypatch, caplog):
-    import promptevo.report as report
+    import promptevo.reporting.html as report
 
     def boom(run_dir):
         raise RuntimeError("disk full")

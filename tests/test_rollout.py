@@ -11,7 +11,7 @@ import pytest
 from promptevo.agents import make_agent
 from promptevo.envs.base import TextEnv
 from promptevo.llm import Completion, Gateway, LLMConfig, LLMConfigError, LLMError, ScriptedLLM
-from promptevo.rollout import (
+from promptevo.evaluation.rollout import (
     EpisodeResult,
     RunWriter,
     read_episodes,
@@ -117,7 +117,7 @@ def test_run_writer_files(tmp_path: Path):
 
 def test_real_babyai_episode_with_scripted_bot_succeeds():
     """End-to-end on the real env: a ScriptedLLM that answers with minigrid's bot action wins."""
-    from promptevo.envs.babyai import bot_action
+    from promptevo.envs.babyai.env import bot_action
     from promptevo.tasks import make_env
 
     task = load_task("pickup")
@@ -143,7 +143,7 @@ def test_real_random_agent_on_mapf():
 
 
 def test_evaluate_returns_results_and_summary(tmp_path: Path):
-    from promptevo.rollout import evaluate
+    from promptevo.evaluation.rollout import evaluate
 
     gw = FakeGatewayDouble(lambda m: "<|ACTION|>win<|END|>" if "seed 1 " in m[-1]["content"] else "no")
     ticks: list[tuple[int, int]] = []

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from promptevo import scaleout
+from promptevo.evaluation import scaleout
 from promptevo.llm import Gateway, LLMConfig, LLMConfigError
-from promptevo.rollout import EpisodeResult, run_episodes
-from promptevo.scaleout import AgentSpec, absorb_usage, run_episodes_ray, use_ray
+from promptevo.evaluation.rollout import EpisodeResult, run_episodes
+from promptevo.evaluation.scaleout import AgentSpec, absorb_usage, run_episodes_ray, use_ray
 from promptevo.segments import PromptSet
 from promptevo.tasks import load_task
 
@@ -54,7 +54,7 @@ def scripted_setup():
         import hashlib
 
         from promptevo.llm import ScriptedLLM
-        from promptevo.scaleout import keep_entered
+        from promptevo.evaluation.scaleout import keep_entered
 
         moves = ["go forward", "turn left", "go forward", "turn right", "up", "left", "down", "right"]
 
@@ -194,7 +194,7 @@ def test_ray_interrupt_cancels_and_reraises(ray_session):
 
 
 def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
-    from promptevo.cli import run_eval
+    from promptevo.cli.main import run_eval
 
     common = dict(agent="random", tasks=["mapf-single"], episodes=3, model=None, api_base=None, concurrency=2,
                   seeds="train", seed_offset=0, prompts_file=None, init="plain", results_dir=tmp_path,
@@ -214,7 +214,7 @@ def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
 
 
 def test_cli_eval_with_ray_counts_worker_usage(ray_session, tmp_path: Path, monkeypatch):
-    from promptevo.cli import run_eval
+    from promptevo.cli.main import run_eval
 
     create = AgentSpec.create.__func__  # the CLI's specs get the scripted responder for the workers
     setup = scripted_setup()

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from promptevo.rollout import EpisodeResult
-from promptevo.scoring import (
+from promptevo.evaluation.rollout import EpisodeResult
+from promptevo.evaluation.statistics import (
     aggregate_tasks,
     by_seed,
     paired_diff,
@@ -106,7 +106,7 @@ def test_by_seed_skips_errors():
 
 
 def test_env_stats_are_aggregated_into_the_summary():
-    from promptevo.scoring import aggregate_env_stats, summarize
+    from promptevo.evaluation.statistics import aggregate_env_stats, summarize
 
     eps = [
         {"success": True, "steps": 5, "env_stats": {"collisions": 2, "hole_falls": 0, "timeout": False,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from promptevo.segments import Edit, Prompt, PromptSet, Segment, apply_edit
-from promptevo.skills import (
+from promptevo.optim.propose.skills import (
     Skill,
     SkillLibrary,
     SkillLibraryError,

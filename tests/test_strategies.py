@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from promptevo.envs.base import StepResult, TextEnv
-from promptevo.evolve import EvolveConfig, EvolveError, config_from_args, optimize
+from promptevo.optim.engine import EvolveConfig, EvolveError, config_from_args, optimize
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
-from promptevo.rollout import run_episodes
+from promptevo.evaluation.rollout import run_episodes
 from promptevo.segments import Prompt, PromptSet, Segment
 from promptevo.tasks import SeedRange, TaskConfig
 
@@ -289,7 +289,7 @@ def test_evidence_cards_replace_raw_trajectories(tmp_path):
 
 
 def test_evidence_auto_uses_cards_only_when_the_raw_prompt_is_long(tmp_path):
-    from promptevo.evolve import choose_evidence
+    from promptevo.optim.engine import choose_evidence
 
     assert choose_evidence("raw", 0, 10**6) == "raw" and choose_evidence("cards", 10**6, 0) == "cards"
     assert choose_evidence("auto", 4000, 4001) == "cards" and choose_evidence("auto", 4000, 4000) == "raw"
@@ -418,7 +418,7 @@ def test_prune_at_not_reached_stays_mutate(tmp_path):
 
 
 def write_library(path: Path, text: str = RULE, task: str = "pickup-elsewhere") -> str:
-    from promptevo.skills import Skill, SkillLibrary
+    from promptevo.optim.propose.skills import Skill, SkillLibrary
 
     sk = Skill(module="actor", segment="rules", text=text, task=task, family="babyai", run="old-run", gain=0.5, n=8)
     SkillLibrary([sk]).save(path)
@@ -613,7 +613,7 @@ def scripted_everything():
 def ray_worker_setup():
     def setup() -> None:
         from promptevo.llm import ScriptedLLM
-        from promptevo.scaleout import keep_entered
+        from promptevo.evaluation.scaleout import keep_entered
 
         keep_entered(ScriptedLLM.install(responder))
 
@@ -634,7 +634,7 @@ def ray_session():
 
 def test_ray_run_equals_local_run(ray_session, tmp_path, monkeypatch):
     pytest.importorskip("minigrid")
-    from promptevo import scaleout
+    from promptevo.evaluation import scaleout
     from promptevo.tasks import load_task
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -15,9 +15,65 @@ A text env is gymnasium-like but speaks text on both sides:
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+
+
+# -- actions ---------------------------------------------------------------------------------------
+_TRAIL = ".!,;:?"
+_WRAP = "\"'`*_ "
+
+
+def normalize_action(text: str) -> str:
+    """Lowercase, collapse whitespace, drop wrapping quotes/markup and trailing punctuation."""
+    t = " ".join(text.strip().lower().split())
+    prev = None
+    while prev != t:
+        prev = t
+        t = t.strip(_WRAP).rstrip(_TRAIL).strip()
+    return t
+
+
+def match_action(candidate: str, valid_actions: list[str]) -> str | None:
+    """The valid action ``candidate`` denotes after :func:`normalize_action`, or ``None``."""
+    table = {normalize_action(a): a for a in valid_actions}
+    return table.get(normalize_action(candidate))
+
+
+def gbnf_literal(s: str) -> str:
+    """``s`` as a GBNF string literal."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class ActionSpace:
+    """What counts as an action of an env: matching a reply to it, sampling, the ``{actions}`` text and
+    the GBNF rule ``action`` for constrained decoding.
+
+    This default is a finite list of action strings (``env.valid_actions``), matched after
+    :func:`normalize_action`. An env whose actions are structured (MAPF's joint moves) returns its own
+    subclass from :meth:`TextEnv.action_space`.
+    """
+
+    def __init__(self, actions: list[str]):
+        self.valid = list(actions)
+
+    def match(self, candidate: str) -> str | None:
+        """The canonical action ``candidate`` denotes, or None."""
+        return match_action(candidate, self.valid)
+
+    def describe(self) -> str:
+        """Text for the ``{actions}`` placeholder."""
+        return ", ".join(self.valid)
+
+    def sample(self, rng: random.Random) -> str:
+        """A uniformly random valid action."""
+        return rng.choice(self.valid)
+
+    def gbnf_rules(self) -> str:
+        """GBNF rules defining ``action`` (one valid action, canonical form)."""
+        return "action ::= " + " | ".join(gbnf_literal(a) for a in self.valid) + "\n"
 
 
 @dataclass
@@ -75,6 +131,10 @@ class TextEnv(ABC):
     @abstractmethod
     def instructions(self) -> str:
         """Environment description for the LLM: goal format, rules and the list of actions."""
+
+    def action_space(self) -> ActionSpace:
+        """How replies map to actions (default: exactly one of ``valid_actions``)."""
+        return ActionSpace(self.valid_actions)
 
     def episode_stats(self) -> dict[str, Any]:
         """Env-specific statistics of the current episode (override where useful)."""

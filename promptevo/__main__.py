@@ -1,0 +1,5 @@
+"""``python -m promptevo``: the command line."""
+
+from promptevo.cli import main
+
+main()

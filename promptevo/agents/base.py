@@ -1,0 +1,144 @@
+"""The agent interface and how a prompt module becomes messages.
+
+How a prompt module becomes messages (:func:`render_module`):
+
+* All segments except ``format`` are joined (``Prompt.render``) into the instruction text.
+* The ``format`` segment of the single-call agents (``system`` module) is the per-turn instruction that
+  is appended (after a blank line) to the newest observation message, mirroring BALROG's layout.
+* Placeholders, replaced literally wherever they appear: ``{mission}`` (goal text of the episode),
+  ``{actions}`` (the valid actions), ``{instructions}`` (``env.instructions()``: the environment's own
+  rules and action list). Nothing is appended implicitly.
+
+Constrained decoding: for ``local/...`` models (or ``constrained=True``) the agents pass a GBNF
+``grammar`` to the gateway (see :mod:`promptevo.agents.actions`). Remote providers ignore it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from promptevo.agents.actions import default_think_chars
+from promptevo.envs.base import ActionSpace, TextEnv
+from promptevo.segments import Prompt, PromptSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptevo.llm.gateway import Gateway
+    from promptevo.llm.types import Completion
+
+FORMAT_SEGMENT = "format"
+PLACEHOLDERS = ("{mission}", "{actions}", "{instructions}")
+
+
+class AgentError(ValueError):
+    """Unknown agent name or unusable agent options; ``str(e)`` is one line."""
+
+
+# -- decisions -------------------------------------------------------------------------------------
+@dataclass
+class Decision:
+    action: str  # the action string passed to env.step (may be invalid)
+    reply: str  # raw final LLM reply (actor)
+    calls: list[dict] = field(default_factory=list)  # one dict per LLM call, see _call_record
+    parsed: bool = True  # False when the reply had no parsable action (fallback used)
+    description: str | None = None  # two-stage agent: the descriptor's output
+
+
+def fill_placeholders(text: str, *, mission: str, env: TextEnv) -> str:
+    if "{mission}" in text:
+        text = text.replace("{mission}", mission)
+    if "{actions}" in text:
+        text = text.replace("{actions}", env.action_space().describe())
+    if "{instructions}" in text:
+        text = text.replace("{instructions}", env.instructions().strip())
+    return text
+
+
+def render_module(prompt: Prompt, *, mission: str, env: TextEnv, split_format: bool) -> tuple[str, str]:
+    """(instruction text, per-turn format text); the latter is '' unless ``split_format``."""
+    if split_format:
+        body = prompt.render(skip={FORMAT_SEGMENT})
+        fmt = prompt.get(FORMAT_SEGMENT) or ""
+    else:
+        body, fmt = prompt.render(), ""
+    return (fill_placeholders(body, mission=mission, env=env), fill_placeholders(fmt, mission=mission, env=env))
+
+
+def _wants_constraint(gateway: Any, constrained: bool | None) -> bool:
+    if constrained is not None:
+        return constrained
+    model = getattr(getattr(gateway, "config", None), "model", "") or ""
+    return str(model).startswith("local/")
+
+
+def _call_record(module: str, messages: list[dict], c: "Completion", error: str | None = None) -> dict:
+    rec = {
+        "module": module,
+        "messages": messages,
+        "reply": c.text,
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "cost": c.cost,
+        "latency_s": c.latency_s,
+        "cached": c.cached,
+        "truncated": bool(getattr(c, "truncated", False)),
+    }
+    if error:
+        rec["error"] = error
+    return rec
+
+
+class Agent(ABC):
+    name: str = ""
+    prompts: PromptSet
+
+    def __init__(
+        self,
+        gateway: "Gateway | None",
+        prompts: PromptSet,
+        *,
+        constrained: bool | None = None,
+        think_chars: int | None = None,
+    ):
+        self.gateway = gateway
+        self.prompts = prompts
+        self.constrained = _wants_constraint(gateway, constrained)
+        if think_chars is None:
+            think_chars = default_think_chars(getattr(getattr(gateway, "config", None), "max_tokens", None))
+        self.think_chars = think_chars
+        self.env: TextEnv | None = None
+        self.mission = ""
+        self._space: ActionSpace | None = None
+
+    def reset(self, env: TextEnv, mission: str, seed: int | None = None) -> None:
+        """Start a new episode (``seed`` is the episode seed; only the random agent uses it)."""
+        self.env = env
+        self.mission = mission
+        self._space = env.action_space()
+
+    @abstractmethod
+    def act(self, observation: str, info: dict) -> Decision: ...
+
+    def _complete(self, module: str, messages: list[dict], grammar: str | None) -> tuple["Completion", dict]:
+        assert self.gateway is not None, f"agent {self.name} needs a gateway"
+        kw: dict[str, Any] = {"role": module if module != "system" else "agent"}
+        if grammar is not None and self.constrained:
+            kw["grammar"] = grammar
+        from promptevo.llm.gateway import Completion, LLMReplyError
+
+        try:
+            c = self.gateway.complete(messages, **kw)
+        except LLMReplyError as e:
+            # An empty reply (after the gateway's retries) is an invalid action, as in BALROG, not an
+            # aborted episode; the call record keeps the error.
+            model = getattr(getattr(self.gateway, "config", None), "model", "")
+            c = Completion(text="", prompt_tokens=0, completion_tokens=0, cost=0.0, latency_s=0.0,
+                           cached=False, model=str(model))
+            return c, _call_record(module, messages, c, error=f"{type(e).__name__}: {e}")
+        return c, _call_record(module, messages, c)
+
+    @property
+    def space(self) -> ActionSpace:
+        assert self._space is not None, "call reset() first"
+        return self._space

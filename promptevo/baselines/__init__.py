@@ -1,0 +1,1 @@
+"""Baselines to compare with: DSPy GEPA at an equal budget, and the comparison driver."""

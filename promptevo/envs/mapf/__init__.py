@@ -1,0 +1,1 @@
+"""MAPF-FrozenLake: generator, optimal solver, text env (and gymnasium env), curriculum."""

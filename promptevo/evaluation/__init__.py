@@ -1,0 +1,1 @@
+"""Playing episodes and measuring them: rollout, episode store, statistics, Ray scale-out."""

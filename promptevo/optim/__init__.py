@@ -1,0 +1,1 @@
+"""The optimizer: adapter interface, engine, selection, run state, reflection and proposal operators."""

@@ -1,0 +1,1 @@
+"""Proposal operators: LLM mutator, pruner, skill library, hint library, crossover."""

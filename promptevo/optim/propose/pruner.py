@@ -1,0 +1,302 @@
+"""Scaffold pruning: once the agent is competent, remove the guidance it no longer needs.
+
+Idea from PATS (prompt scaffolding that shrinks as the policy gets competent; its authors report 25-50%
+fewer prompt tokens at equal performance). Here:
+
+* :func:`competent` - the gate: success rate at or above a threshold;
+* :func:`prunable_segments` - what may go: every segment except the answer-format ones
+  (:data:`~promptevo.analyzer.PROTECTED_SEGMENTS`), the ones holding a placeholder the agent fills in
+  (:data:`PLACEHOLDERS`) and the only segment of a module;
+* :func:`prompt_tokens`, :func:`prompt_tokens_by_segment` - static prompt size in tokens (LiteLLM's
+  bundled ``gpt-3.5-turbo`` tokenizer, offline; ``len(text) // 4`` if that fails);
+* :func:`propose_prunes` - ONE optimizer call (gateway role ``"pruner"``, template
+  ``prompts/optimizer/pruner.md``) for ``delete`` edits and strictly shorter ``rewrite`` edits of
+  prunable segments, validated; missing ones are filled with deterministic deletions of the largest
+  untried prunable segments (recorded in ``Proposals.fallbacks``). Never raises on bad LLM output;
+* :func:`prune_keep` - the held-out gate: a pruned child is kept when its held-out success rate is not
+  below the lower bound of the best's 95% Wilson interval on the same seeds.
+
+Everything but :func:`propose_prunes` is pure.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from promptevo.agents.base import PLACEHOLDERS as AGENT_PLACEHOLDERS
+from promptevo.optim.reflect.analyzer import (
+    PROTECTED_SEGMENTS,
+    call_json,
+    example_strings,
+    json_grammar_for,
+    load_template,
+    render_history,
+    render_template,
+)
+from promptevo.optim.engine import Verdict
+from promptevo.optim.propose.mutator import Proposals, check_edit, edit_parser
+from promptevo.evaluation.statistics import paired_diff, wilson_interval
+from promptevo.segments import Edit, PromptSet, sanitize_text
+
+#: Placeholders filled in when the agent plays (agents.PLACEHOLDERS) plus ``{observation}``, which
+#: custom prompts may carry; a segment holding one is never pruned.
+PLACEHOLDERS: tuple[str, ...] = tuple(dict.fromkeys((*AGENT_PLACEHOLDERS, "{observation}")))
+
+#: Tokenizer used for prompt sizes (bundled with LiteLLM, so counting works offline).
+TOKEN_MODEL = "gpt-3.5-turbo"
+
+Target = tuple[str, str]  # (module, segment)
+
+
+# -- competence ------------------------------------------------------------------------------------
+def competent(successes: int, n: int, threshold: float) -> bool:
+    """True when ``n > 0`` episodes were played and the success rate ``successes / n`` is >= ``threshold``."""
+    if n <= 0:
+        return False
+    return successes / n >= threshold - 1e-12
+
+
+# -- what may be pruned ----------------------------------------------------------------------------
+def keep_reasons(prompts: PromptSet, protected: frozenset[str] = PROTECTED_SEGMENTS) -> dict[Target, str | None]:
+    """``{(module, segment): why it must stay, or None when it is prunable}`` for every segment."""
+    out: dict[Target, str | None] = {}
+    for m, p in prompts.modules:
+        for s in p.segments:
+            held = [ph for ph in PLACEHOLDERS if ph in s.text]
+            if s.name in protected:
+                why: str | None = "holds the answer format"
+            elif held:
+                why = f"holds the placeholder {held[0]}"
+            elif len(p.segments) <= 1:
+                why = "only segment of its module"
+            else:
+                why = None
+            out[(m, s.name)] = why
+    return out
+
+
+def prunable_segments(prompts: PromptSet, protected: frozenset[str] = PROTECTED_SEGMENTS) -> list[Target]:
+    """(module, segment) pairs, in prompt order, that a pruning edit may delete or shorten."""
+    return [t for t, why in keep_reasons(prompts, protected).items() if why is None]
+
+
+# -- size ------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8192)
+def count_tokens(text: str) -> int:
+    """Tokens of ``text`` by LiteLLM's bundled tokenizer; ``len(text) // 4`` on any error."""
+    if not text:
+        return 0
+    try:
+        import litellm
+
+        return int(litellm.token_counter(model=TOKEN_MODEL, text=text))
+    except Exception:  # noqa: BLE001 - any tokenizer trouble falls back to the rough estimate
+        return len(text) // 4
+
+
+def prompt_tokens(prompts: PromptSet) -> int:
+    """Static size of the prompt set: tokens of each module's rendered text (placeholders unfilled)."""
+    return sum(count_tokens(p.render()) for _, p in prompts.modules)
+
+
+def prompt_tokens_by_segment(prompts: PromptSet) -> dict[Target, int]:
+    """``{(module, segment): tokens of the segment text}``, in prompt order."""
+    return {(m, s.name): count_tokens(s.text) for m, p in prompts.modules for s in p.segments}
+
+
+# -- the pruner call -------------------------------------------------------------------------------
+def render_sized_prompts(prompts: PromptSet, sizes: dict[Target, int], reasons: dict[Target, str | None]) -> str:
+    out = []
+    for m, p in prompts.modules:
+        out.append(f"[module {m}] segments in order: {', '.join(p.names)}")
+        for s in p.segments:
+            why = reasons.get((m, s.name))
+            tag = "prunable" if why is None else f"keep: {why}"
+            out.append(f"<<{m}.{s.name}>> ({sizes.get((m, s.name), 0)} tokens, {tag})\n{s.text}")
+        out.append("")
+    return "\n".join(out).strip()
+
+
+def _largest_first(targets: Iterable[Target], sizes: dict[Target, int]) -> list[Target]:
+    order = {t: i for i, t in enumerate(sizes)}
+    return sorted(targets, key=lambda t: (-sizes.get(t, 0), order.get(t, 0)))
+
+
+def build_pruner_messages(
+    prompts: PromptSet,
+    *,
+    n: int,
+    stats: str = "",
+    history: Iterable[dict] | None = None,
+    env_instructions: str = "",
+    template_path: str | Path | None = None,
+) -> list[dict]:
+    system_t, user_t = load_template("pruner", template_path)
+    sizes = prompt_tokens_by_segment(prompts)
+    reasons = keep_reasons(prompts)
+    ranked = _largest_first(prunable_segments(prompts), sizes)
+    actor_first = sorted(ranked, key=lambda t: t[0] != "actor")
+    ex_mod, ex_seg = actor_first[0] if actor_first else (prompts.module_names[0], "rules")
+    values = {
+        "example_module": ex_mod,
+        "example_segment": ex_seg,
+        "env_instructions": env_instructions.strip() or "(not given)",
+        "n": n,
+        "stats": str(stats or "").strip() or "its recent success rate reached the competence threshold",
+        "total_tokens": prompt_tokens(prompts),
+        "prompt_sized": render_sized_prompts(prompts, sizes, reasons),
+        "prunable": "\n".join(f"- {m}.{s} ({sizes[(m, s)]} tokens)" for m, s in ranked) or "(none)",
+        "history": render_history(history),
+    }
+    return [
+        {"role": "system", "content": render_template(system_t, **values)},
+        {"role": "user", "content": render_template(user_t, **values)},
+    ]
+
+
+def check_prune(
+    parent: PromptSet, edit: Edit, tried: set[str], prunable: set[Target] | None = None
+) -> tuple[PromptSet | None, str | None]:
+    """(child, None) when ``edit`` is a valid pruning edit of ``parent``; else (None, one-line reason).
+
+    Valid: a ``delete`` of a prunable segment, or a ``rewrite`` of one whose new text has strictly fewer
+    tokens; plus everything :func:`~promptevo.mutator.check_edit` checks (child differs from the parent
+    and from every fingerprint in ``tried``).
+    """
+    if edit.op not in ("delete", "rewrite"):
+        return None, f"pruning only deletes or shortens segments ({edit.op!r} is not allowed)"
+    reasons = keep_reasons(parent)
+    target = (edit.module, edit.segment)
+    if target not in reasons:  # unknown module or segment: check_edit says which
+        _, why = check_edit(parent, edit, tried)
+        return None, why or f"{edit.module}.{edit.segment} is not a segment of the prompts"
+    if reasons[target] is not None or (prunable is not None and target not in prunable):
+        return None, f"{edit.module}.{edit.segment} is not prunable ({reasons[target] or 'not offered'})"
+    if edit.op == "rewrite":
+        old = parent.module(edit.module).get(edit.segment) or ""
+        new = sanitize_text(edit.text)
+        if new and count_tokens(new) >= count_tokens(old):
+            return None, (
+                f"rewrite of {edit.module}.{edit.segment} is not shorter "
+                f"({count_tokens(old)} -> {count_tokens(new)} tokens)"
+            )
+    return check_edit(parent, edit, tried)
+
+
+def propose_prunes(
+    prompts: PromptSet,
+    gateway: Any,
+    *,
+    n: int = 2,
+    stats: str = "",
+    history: Iterable[dict] | None = None,
+    tried: Iterable[str] = (),
+    env_instructions: str = "",
+    temperature: float | None = None,
+    max_tokens: int | None = 1024,
+    seed: int | None = None,
+    constrained: bool | None = None,
+    template_path: str | Path | None = None,
+) -> Proposals:
+    """Up to ``n`` validated pruning edits of ``prompts`` from one optimizer call (role ``"pruner"``).
+
+    ``stats`` is a line about the current success (e.g. ``"7/8 successes on the training seeds"``),
+    ``history`` the hereditary edit history, ``tried`` fingerprints of candidates already evaluated.
+    When the reply is unusable or gives fewer than ``n`` edits, deterministic deletions of the largest
+    prunable segments not yet tried fill up (rationale starting with ``"fallback:"``, listed in
+    ``Proposals.fallbacks``; ``error`` says why the reply was not used). LLM configuration errors
+    (missing key, unknown model) propagate like everywhere else; nothing else raises.
+    """
+    history = list(history or [])
+    seen = set(tried)
+    prunable = prunable_segments(prompts)
+    if n <= 0:
+        return Proposals()
+    if not prunable:
+        return Proposals(error="no prunable segment (only answer-format, placeholder or single segments)")
+    prunable_set = set(prunable)
+    msgs = build_pruner_messages(
+        prompts, n=n, stats=stats, history=history, env_instructions=env_instructions, template_path=template_path
+    )
+    state: dict[str, list[dict]] = {"rejected": [], "repaired": []}
+
+    # name slips are repaired, but a prune never turns into an addition
+    parse = edit_parser(prompts, seen, lambda ps, e, sn: check_prune(ps, e, sn, prunable_set), state,
+                        keep_repair=lambda original, fixed: fixed.op == original.op, what="pruning edit")
+
+    parsed, raw, err, usage = call_json(
+        gateway, msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
+        grammar=json_grammar_for(gateway, constrained), forbid=example_strings(msgs[0]["content"]),
+    )
+    chosen = list(parsed or [])[:n]
+    edits = [e for e, _ in chosen]
+    seen.update(child.fingerprint() for _, child in chosen)
+
+    fallbacks: list[dict] = []
+    if len(edits) < n:
+        why = ("the pruner reply was unusable" if parsed is None
+               else f"the pruner gave {len(edits)} usable edit(s) of {n}")
+        sizes = prompt_tokens_by_segment(prompts)
+        for m, s in _largest_first(prunable, sizes):
+            if len(edits) >= n:
+                break
+            edit = Edit("delete", m, s, "", f"fallback: {m}.{s} is the largest prunable segment not yet tried "
+                                             f"({sizes[(m, s)]} tokens)")
+            child, _ = check_prune(prompts, edit, seen, prunable_set)
+            if child is None:
+                continue
+            seen.add(child.fingerprint())
+            edits.append(edit)
+            fallbacks.append({"edit": edit.to_dict(), "note": why})
+    error = err
+    if fallbacks and err:
+        error = f"{err}; used {len(fallbacks)} deterministic fallback deletion(s)"
+    return Proposals(edits=edits, rejected=state["rejected"], repaired=state["repaired"], raw=raw, error=error,
+                     usage=usage, fallbacks=fallbacks)
+
+
+# -- held-out gate ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PruneVerdict(Verdict):
+    """:class:`promptevo.evolve.Verdict` plus the rates and the interval used."""
+
+    child_rate: float = 0.0
+    best_rate: float = 0.0
+    best_ci95: tuple[float, float] = (0.0, 1.0)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["best_ci95"] = list(self.best_ci95)
+        return d
+
+
+def prune_keep(child_heldout: dict[int, float], best_heldout: dict[int, float], *, z: float = 1.96) -> PruneVerdict:
+    """Keep a pruned child when its held-out success rate is >= the lower bound of the best's Wilson
+    interval (``z`` = 1.96: 95%), both on the seeds they share. Per-seed scores are success 0/1 (other
+    scores in [0, 1] are treated as fractional successes). ``mean_diff`` is the paired mean of
+    child - best; ``p_value`` the two-sided exact sign test; wins/losses count seeds where the child
+    scored higher/lower. No shared seed -> not kept.
+    """
+    pd = paired_diff(best_heldout, child_heldout)
+    seeds, n = pd["seeds"], pd["n"]
+    common = {"rule": "prune-wilson", "n": n, "mean_diff": float(pd["mean_diff"]), "wins": int(pd["wins"]),
+              "losses": int(pd["losses"]), "ties": int(pd["ties"]), "p_value": float(pd["p_value"])}
+    if n == 0:
+        return PruneVerdict(accepted=False, reason="no paired held-out seeds", **common)
+    child_rate = sum(float(child_heldout[s]) for s in seeds) / n
+    best_rate = sum(float(best_heldout[s]) for s in seeds) / n
+    lo, hi = wilson_interval(min(float(n), max(0.0, best_rate * n)), n, z)
+    ok = child_rate >= lo - 1e-12
+    conf = 100 * (math.erf(z / math.sqrt(2)))
+    reason = (
+        f"held-out child {child_rate:.3f} {'>=' if ok else '<'} {lo:.3f}, the lower bound of the best's "
+        f"{conf:.0f}% Wilson interval [{lo:.3f}, {hi:.3f}] (best {best_rate:.3f}, n={n}, "
+        f"paired mean diff {pd['mean_diff']:+.3f})"
+    )
+    return PruneVerdict(accepted=ok, reason=reason, child_rate=child_rate, best_rate=best_rate,
+                        best_ci95=(lo, hi), **common)

@@ -1,0 +1,1 @@
+"""Reflection: the evidence proposers read (LLM analysis, evidence cards, behaviour signatures, ablation)."""

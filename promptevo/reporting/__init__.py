@@ -1,0 +1,1 @@
+"""Reports of runs: JSON/markdown, static HTML, exports of the best prompts."""
