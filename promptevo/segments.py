@@ -245,17 +245,16 @@ class PromptSet:
         return cls.from_markdown(path.read_text(encoding="utf-8"), source=str(path))
 
     def save(self, path: str | Path) -> Path:
+        """Write as JSON (``.json``) or markdown (anything else), atomically."""
+        from promptevo.fileio import write_text_atomic
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         text = (
             json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
             if path.suffix == ".json"
             else self.to_markdown()
         )
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return write_text_atomic(path, text)
 
 
 # -- edits -----------------------------------------------------------------------------------------

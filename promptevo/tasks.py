@@ -1,67 +1,62 @@
-"""Task configurations: which environment to build and which seeds to play.
+"""Task configurations: which environment to build and which seeds each split plays.
 
-A task is a small TOML file in ``tasks/`` (one file per task, the file stem is the task name)::
+A task is a small TOML file in the tasks folder (the file stem is the task name)::
 
-    name = "putnext"
-    family = "babyai"
-    goal = "putnext"
-    episodes = 10
-    description = "Put one object next to another (BALROG BabyAI)."
+    name = "goto"
+    family = "babyai"              # an env family (promptevo.envs.registry)
+    episodes = 10                  # default number of episodes for `promptevo eval`
+    description = "Go to the named object in a single room."
     train_seeds = { start = 0, count = 1000 }
-    heldout_seeds = { start = 100000, count = 1000 }
+    validation_seeds = { start = 50000, count = 1000 }
+    test_seeds = { start = 100000, count = 1000 }
 
-MAPF tasks name a preset instead of a goal (``mapf_preset = "easy"``); the preset file
-``tasks/mapf/<preset>.toml`` belongs to :mod:`promptevo.envs.mapf.env`. A MAPF task may also carry an inline
-``[mapf_config]`` table of generator knobs merged over the preset (``rows = 4``, ``slip_prob = 0.1``, ...;
-the fields of :class:`promptevo.envs.mapf.MAPFConfig`); :func:`mapf_config_for` gives the effective config
-and :func:`with_mapf_config` returns a task whose environment is exactly a given config (used by the
-curriculum of :mod:`promptevo.envs.mapf.curriculum`).
+    [env]                          # the family's own parameters, checked by the family
+    goal = "goto"
 
-Seeds (fixed, documented, so every run is reproducible):
+Three disjoint seed splits (checked on load; a seed field is a ``{start, count}`` range or a list):
 
-* **train** seeds default to ``0 .. 999``: used by the optimizer (validation bags, selection pools).
-* **held-out** seeds default to ``100000 .. 100999``: used only for final evaluation, never seen while
-  optimizing. The two ranges never overlap (checked on load).
+* **train**: what the optimizer learns from (paired acceptance of children, the analyzer's evidence);
+* **validation**: the promotion gate (a child replaces the best prompt only if it wins here);
+* **test**: played once, at the end, for the baseline, the initial and the best prompt; the only
+  numbers a run reports. ``promptevo eval`` plays test seeds unless told otherwise.
 
-``TaskConfig.seeds(split, n, offset)`` returns the first ``n`` seeds of a split (after ``offset``), so
-``promptevo eval --seeds heldout --episodes 20`` always plays the same 20 episodes.
+A task file written before the validation split existed (``heldout_seeds``) is read with its held-out
+range as the test split and the default validation range, and a warning says so.
 
-``max_steps`` (optional) caps the number of steps the harness plays per episode; ``None`` keeps the
-env's own limit (BabyAI: 64 or 128). The effective limit is ``min(env.max_steps, task.max_steps)``.
+``max_steps`` (optional) caps the number of steps the harness plays per episode; the effective limit is
+``min(env.max_steps, task.max_steps)``.
 
-The tasks folder is ``<repo>/tasks`` unless the environment variable ``PROMPTEVO_TASKS_DIR`` points
-elsewhere. :func:`load_task` also accepts a path to a ``.toml`` file.
+The tasks folder is the one shipped with promptevo unless ``PROMPTEVO_TASKS_DIR`` points elsewhere
+(see :mod:`promptevo.resources`). :func:`load_task` also accepts a path to a ``.toml`` file.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from promptevo.envs.base import TextEnv
+from promptevo.envs.registry import EnvRegistryError, check_params, get_family
+from promptevo.envs.registry import make_env as registry_make_env
 from promptevo.resources import tasks_dir
 
-if TYPE_CHECKING:  # pragma: no cover
-    from promptevo.envs.mapf.env import MAPFConfig
-
-#: The five BALROG BabyAI goals (mirrors ``promptevo.envs.babyai.BABYAI_GOALS``; kept here so task files
-#: can be validated without importing minigrid).
-BABYAI_GOAL_NAMES = ("goto", "pickup", "open", "putnext", "pick_up_seq_go_to")
+log = logging.getLogger(__name__)
 
 DEFAULT_TRAIN = {"start": 0, "count": 1000}
-DEFAULT_HELDOUT = {"start": 100_000, "count": 1000}
+DEFAULT_VALIDATION = {"start": 50_000, "count": 1000}
+DEFAULT_TEST = {"start": 100_000, "count": 1000}
 
-Split = Literal["train", "heldout"]
+Split = Literal["train", "validation", "test"]
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
 
 
 class TaskError(ValueError):
     """A task name or task file is wrong; ``str(e)`` is one line meant for the user."""
-
-
 
 
 class SeedRange(BaseModel):
@@ -75,72 +70,75 @@ class SeedRange(BaseModel):
         return list(range(self.start, self.start + self.count))
 
 
+Seeds = list[int] | SeedRange
+
+
 class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    family: Literal["babyai", "mapf"]
-    goal: str | None = None  # babyai
-    num_dists: int = Field(default=0, ge=0)  # babyai distractors (BALROG: 0)
-    mapf_preset: str | None = None  # mapf
-    mapf_config: dict[str, Any] | None = None  # mapf: generator knobs merged over the preset
+    family: str
+    env: dict[str, Any] = Field(default_factory=dict, description="the family's parameters")
     max_steps: int | None = Field(default=None, ge=1)
-    train_seeds: list[int] | SeedRange = Field(default_factory=lambda: SeedRange(**DEFAULT_TRAIN))
-    heldout_seeds: list[int] | SeedRange = Field(default_factory=lambda: SeedRange(**DEFAULT_HELDOUT))
+    train_seeds: Seeds = Field(default_factory=lambda: SeedRange(**DEFAULT_TRAIN))
+    validation_seeds: Seeds = Field(default_factory=lambda: SeedRange(**DEFAULT_VALIDATION))
+    test_seeds: Seeds = Field(default_factory=lambda: SeedRange(**DEFAULT_TEST))
     episodes: int = Field(default=10, ge=1)
     description: str = ""
 
-    @field_validator("mapf_config", mode="after")
+    @model_validator(mode="before")
     @classmethod
-    def _check_mapf_config(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        from promptevo.envs.mapf.env import MAPFConfig, MAPFConfigError, load_mapf_preset, make_mapf_config
+    def _renamed_heldout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "heldout_seeds" in data:
+            data = dict(data)
+            held = data.pop("heldout_seeds")
+            if "test_seeds" in data:
+                raise ValueError("heldout_seeds was renamed test_seeds; give only test_seeds")
+            data["test_seeds"] = held
+            log.warning("task %s: heldout_seeds is read as test_seeds (the validation split uses the default "
+                        "range unless validation_seeds is given)", data.get("name", "?"))
+        return data
 
-        unknown = [k for k in value if k not in MAPFConfig.model_fields]
-        if unknown:
-            raise ValueError(f"unknown MAPF knob {unknown[0]!r} (valid knobs: {', '.join(MAPFConfig.model_fields)})")
-        preset = info.data.get("mapf_preset")
-        if info.data.get("family") == "mapf" and preset:
-            try:
-                base = load_mapf_preset(preset)
-            except MAPFConfigError:
-                return dict(value)  # the preset itself is reported by load_task_file / make_env
-            try:
-                make_mapf_config({**base.model_dump(), **value}, f"{preset!r} + mapf_config")
-            except MAPFConfigError as e:
-                raise ValueError(str(e)) from None
-        return dict(value)
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, v: str) -> str:
+        try:
+            get_family(v)
+        except EnvRegistryError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        family = info.data.get("family")
+        if family is None:  # the family itself was refused; that is the error to show
+            return v
+        try:
+            return check_params(family, v)
+        except ValueError as e:
+            raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
     @model_validator(mode="after")
     def _check(self) -> "TaskConfig":
-        if self.family == "babyai":
-            if self.goal not in BABYAI_GOAL_NAMES:
-                raise ValueError(f"goal must be one of {', '.join(BABYAI_GOAL_NAMES)} (got {self.goal!r})")
-            if self.mapf_preset is not None:
-                raise ValueError("mapf_preset is only for family 'mapf'")
-            if self.mapf_config is not None:
-                raise ValueError("mapf_config is only for family 'mapf'")
-        else:
-            if not self.mapf_preset:
-                raise ValueError("family 'mapf' needs mapf_preset (a preset name in tasks/mapf/)")
-            if self.goal is not None:
-                raise ValueError("goal is only for family 'babyai'")
-        tr, ho = set(self.seed_list("train")), set(self.seed_list("heldout"))
-        if not tr or not ho:
-            raise ValueError("train_seeds and heldout_seeds must not be empty")
-        if tr & ho:
-            raise ValueError(f"train_seeds and heldout_seeds overlap (e.g. seed {min(tr & ho)})")
+        sets = {s: set(self.seed_list(s)) for s in SPLITS}
+        for s, v in sets.items():
+            if not v:
+                raise ValueError(f"{s}_seeds must not be empty")
+        for i, a in enumerate(SPLITS):
+            for b in SPLITS[i + 1:]:
+                if sets[a] & sets[b]:
+                    raise ValueError(f"{a}_seeds and {b}_seeds overlap (e.g. seed {min(sets[a] & sets[b])})")
         return self
 
     def seed_list(self, split: Split) -> list[int]:
-        s = self.train_seeds if split == "train" else self.heldout_seeds
+        if split not in SPLITS:
+            raise TaskError(f"unknown seed split {split!r} (use {', '.join(SPLITS)})")
+        s = getattr(self, f"{split}_seeds")
         return s.as_list() if isinstance(s, SeedRange) else list(s)
 
-    def seeds(self, split: Split = "heldout", n: int | None = None, offset: int = 0) -> list[int]:
+    def seeds(self, split: Split = "test", n: int | None = None, offset: int = 0) -> list[int]:
         """The first ``n`` seeds (default ``episodes``) of ``split`` after skipping ``offset``."""
-        if split not in ("train", "heldout"):
-            raise TaskError(f"unknown seed split {split!r} (use train or heldout)")
         all_seeds = self.seed_list(split)
         n = self.episodes if n is None else n
         if n < 1:
@@ -151,6 +149,15 @@ class TaskConfig(BaseModel):
                 f"but only {len(all_seeds)} are defined"
             )
         return all_seeds[offset : offset + n]
+
+    def with_env(self, params: dict[str, Any]) -> "TaskConfig":
+        """A copy whose env parameters are ``params`` (names, seeds and limits unchanged)."""
+        data = self.model_dump()
+        data["env"] = dict(params)
+        try:
+            return TaskConfig(**data)
+        except ValidationError as e:
+            raise TaskError(f"task {self.name!r}: {_first_error_line(e)}") from None
 
 
 _FIELD_NAMES = ", ".join(TaskConfig.model_fields)
@@ -188,23 +195,13 @@ def load_task_file(path: str | Path) -> TaskConfig:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise TaskError(f"{path}: invalid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"{path}: cannot read: {e}") from None
     data.setdefault("name", path.stem)
     try:
-        task = TaskConfig(**data)
+        return TaskConfig(**data)
     except ValidationError as e:
         raise TaskError(f"{path}: {_first_error_line(e)}") from None
-    if task.family == "mapf":  # a bad or missing preset fails here, not in the middle of a run
-        from promptevo.envs.mapf.env import MAPFConfigError, load_mapf_preset
-
-        try:
-            load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
-        except MAPFConfigError as e:
-            raise TaskError(f"{path}: field mapf_preset: {e}") from None
-        try:
-            mapf_config_for(task)
-        except MAPFConfigError as e:
-            raise TaskError(f"{path}: field mapf_config: {e}") from None
-    return task
 
 
 def list_tasks() -> list[str]:
@@ -213,7 +210,7 @@ def list_tasks() -> list[str]:
 
 
 def load_task(name: str) -> TaskConfig:
-    """Load ``tasks/<name>.toml`` (or a path to a .toml file)."""
+    """Load ``<tasks dir>/<name>.toml`` (or a path to a .toml file)."""
     if name.endswith(".toml") or os.sep in name:
         return load_task_file(name)
     path = tasks_dir() / f"{name}.toml"
@@ -225,43 +222,4 @@ def load_task(name: str) -> TaskConfig:
 
 def make_env(task: TaskConfig) -> TextEnv:
     """Build a fresh environment for ``task`` (one per episode; envs are not thread-safe)."""
-    if task.family == "babyai":
-        from promptevo.envs.babyai.env import BabyAITextEnv
-
-        return BabyAITextEnv(task.goal, num_dists=task.num_dists)
-    from promptevo.envs.mapf.env import MAPFFrozenLakeEnv
-
-    return MAPFFrozenLakeEnv(mapf_config_for(task))
-
-
-def mapf_config_for(task: TaskConfig) -> "MAPFConfig":
-    """The effective MAPF generator config of a MAPF task: its preset with ``mapf_config`` merged over it.
-
-    Raises :class:`TaskError` for a non-MAPF task and ``MAPFConfigError`` (one line) for a bad preset or
-    bad knobs.
-    """
-    if task.family != "mapf":
-        raise TaskError(f"task {task.name!r} is a {task.family} task, not a MAPF task")
-    from promptevo.envs.mapf.env import load_mapf_preset, make_mapf_config
-
-    base = load_mapf_preset(task.mapf_preset)  # type: ignore[arg-type]
-    if not task.mapf_config:
-        return base
-    return make_mapf_config({**base.model_dump(), **task.mapf_config}, f"{task.mapf_preset!r} + mapf_config")
-
-
-def with_mapf_config(task: TaskConfig, config: "MAPFConfig") -> TaskConfig:
-    """A copy of MAPF ``task`` whose environment is generated from ``config`` (all knobs, preset kept as
-    the named base). Names, seeds, episodes and ``max_steps`` of the task are unchanged."""
-    from promptevo.envs.mapf.env import MAPFConfig
-
-    if task.family != "mapf":
-        raise TaskError(f"task {task.name!r} is a {task.family} task; only MAPF tasks take a MAPF config")
-    if not isinstance(config, MAPFConfig):
-        raise TypeError(f"config must be a MAPFConfig, not {type(config).__name__}")
-    data = task.model_dump()
-    data["mapf_config"] = config.model_dump()
-    try:
-        return TaskConfig(**data)
-    except ValidationError as e:
-        raise TaskError(f"task {task.name!r}: {_first_error_line(e)}") from None
+    return registry_make_env(task.family, task.env)

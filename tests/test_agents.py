@@ -9,7 +9,6 @@ import pytest
 from promptevo.agents import (
     agents,
     FALLBACK_ACTION,
-    ActionSpace,
     agent_factory,
     AgentError,
     RandomAgent,

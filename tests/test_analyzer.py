@@ -10,15 +10,11 @@ import json
 
 import pytest
 
-from promptevo.optim.reflect.analyzer import (
-    Analysis,
-    analyze,
-    counterfactual_ablation,
-    extract_json,
-    render_episode,
-    select_episodes,
-)
+from promptevo.optim.reflect.analyzer import Analysis, analyze
+from promptevo.optim.reflect.llm_json import extract_json
+from promptevo.optim.reflect.render import render_episode, select_episodes
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
+from promptevo.optim.reflect.ablation import counterfactual_ablation
 from promptevo.evaluation.rollout import EpisodeResult
 from promptevo.segments import Prompt, PromptSet, Segment
 
@@ -204,21 +200,17 @@ def test_counterfactual_ablation_measures_segment_value():
     """Test-double runner: success only while actor.rules (the 'facing' rule) is present."""
     prompts = two_stage_prompts(extra_actor="face the object before pick up")
 
-    def factory_for(ps: PromptSet):
-        return lambda: ps
-
-    def run(task, factory, seeds, concurrency=4):
-        ps = factory()
+    def run(ps: PromptSet, seeds):
         has_rule = "face the object" in ps.module("actor").render()
         return [episode(s, has_rule) for s in seeds]
 
-    rows = counterfactual_ablation(prompts, None, factory_for, [1, 2, 3, 4], run=run)
+    rows = counterfactual_ablation(prompts, [1, 2, 3, 4], run)
     by = {(r["module"], r["segment"]): r for r in rows}
     assert by[("actor", "rules")]["delta_success"] == -1.0
     assert by[("actor", "rules")]["n"] == 4
     assert by[("descriptor", "focus")]["delta_success"] == 0.0
     assert rows[0]["segment"] == "rules"  # most harmful removal first
-    only = counterfactual_ablation(prompts, None, factory_for, [1], segments=[("actor", "role")], run=run)
+    only = counterfactual_ablation(prompts, [1], run, segments=[("actor", "role")])
     assert len(only) == 1 and only[0]["delta_return"] == 0.0
 
 
@@ -248,22 +240,27 @@ class RecordingGatewayDouble:
                           latency_s=0.0, cached=False, model=self.config.model)
 
 
-def test_local_optimizer_models_get_a_json_grammar():
-    from promptevo.optim.reflect.analyzer import JSON_OBJECT_GRAMMAR
+def test_analyzer_replies_are_forced_to_the_reply_schema():
+    """The analyzer asks for its reply schema as response_format (a grammar on local models, the provider's
+    schema support elsewhere; the gateway drops it where the provider has none); constrained=False asks
+    in the prompt only."""
+    from promptevo.optim.reflect.analyzer import AnalysisReply
 
-    local = RecordingGatewayDouble("local/qwen2.5-coder-1.5b")
-    assert analyze(two_stage_prompts(), [episode(1, False)], local).ok
-    assert local.kwargs[0]["grammar"] == JSON_OBJECT_GRAMMAR and local.kwargs[0]["role"] == "analyzer"
-    remote = RecordingGatewayDouble("openai/gpt-4o-mini")
-    assert analyze(two_stage_prompts(), [episode(1, False)], remote).ok
-    assert "grammar" not in remote.kwargs[0]
-    forced = RecordingGatewayDouble("openai/gpt-4o-mini")
-    analyze(two_stage_prompts(), [episode(1, False)], forced, constrained=True)
-    assert forced.kwargs[0]["grammar"] == JSON_OBJECT_GRAMMAR
+    for model in ("local/qwen2.5-coder-1.5b", "openai/gpt-4o-mini"):
+        gw = RecordingGatewayDouble(model)
+        assert analyze(two_stage_prompts(), [episode(1, False)], gw).ok
+        rf = gw.kwargs[0]["response_format"]
+        assert gw.kwargs[0]["role"] == "analyzer" and rf["type"] == "json_schema"
+        assert rf["json_schema"]["schema"] == AnalysisReply.model_json_schema()
+        assert "grammar" not in gw.kwargs[0]
+    free = RecordingGatewayDouble("openai/gpt-4o-mini")
+    analyze(two_stage_prompts(), [episode(1, False)], free, constrained=False)
+    assert "response_format" not in free.kwargs[0]
 
 
 def test_a_reply_that_copies_the_template_example_is_asked_again():
-    from promptevo.optim.reflect.analyzer import build_analyzer_messages, example_strings
+    from promptevo.optim.reflect.analyzer import build_analyzer_messages
+    from promptevo.optim.reflect.llm_json import example_strings
 
     msgs, _ = build_analyzer_messages(two_stage_prompts(), [episode(1, False)])
     example = example_strings(msgs[0]["content"])
@@ -284,7 +281,8 @@ def test_a_reply_that_copies_the_template_example_is_asked_again():
 
 def test_a_reply_that_copies_only_part_of_the_example_keeps_its_own_findings():
     """Small local models copy one example item and fill the rest themselves: keep their own items."""
-    from promptevo.optim.reflect.analyzer import build_analyzer_messages, example_strings, scrub_copied
+    from promptevo.optim.reflect.analyzer import build_analyzer_messages
+    from promptevo.optim.reflect.llm_json import example_strings, scrub_copied
 
     msgs, _ = build_analyzer_messages(two_stage_prompts(), [episode(1, False)])
     copied_text = sorted(example_strings(msgs[0]["content"]))[0]
@@ -315,12 +313,13 @@ def long_episode(seed: int, steps: int = 60) -> EpisodeResult:
 
 
 def test_raw_trajectories_are_shortened_to_fit_the_models_window():
-    from promptevo.optim.reflect.analyzer import build_analyzer_messages, estimate_tokens
+    from promptevo.optim.reflect.analyzer import build_analyzer_messages
+    from promptevo.optim.reflect.llm_json import estimate_tokens
 
     eps = [long_episode(s) for s in range(6)]
     full, seeds_full = build_analyzer_messages(two_stage_prompts(), eps)
     assert estimate_tokens(full) > 8000
-    for budget in (6000, 3000, 1500):
+    for budget in (6000, 3000, 1600):  # the template itself is ~1,450 tokens (1,500 before the signatures section)
         msgs, seeds = build_analyzer_messages(two_stage_prompts(), eps, max_prompt_tokens=budget)
         assert estimate_tokens(msgs) <= budget, budget
         assert seeds and set(seeds) <= set(seeds_full)
@@ -328,7 +327,7 @@ def test_raw_trajectories_are_shortened_to_fit_the_models_window():
 
 
 def test_analyze_fits_its_prompt_to_the_gateway_context_window(monkeypatch):
-    from promptevo.optim.reflect.analyzer import estimate_tokens
+    from promptevo.optim.reflect.llm_json import estimate_tokens
 
     gw = scripted_gateway()
     monkeypatch.setattr(gw, "context_window", lambda: 4096)

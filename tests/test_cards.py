@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from promptevo.optim.reflect.analyzer import JSON_OBJECT_GRAMMAR, analyze, build_analyzer_messages
+from promptevo.optim.reflect.analyzer import analyze, build_analyzer_messages
 from promptevo.optim.reflect.cards import (
     ABORTED,
     ENDED,
@@ -227,7 +227,7 @@ def test_partial_reply_keeps_the_llm_cards_and_fills_the_rest():
     assert sum("no usable card" in w for w in cs.warnings) == 4
 
 
-def test_cards_call_uses_role_cards_and_json_grammar_for_local_models():
+def test_cards_call_uses_role_cards_and_the_reply_schema():
     class Recorder:
         def __init__(self, model):
             self.config = SimpleNamespace(model=model)
@@ -240,10 +240,11 @@ def test_cards_call_uses_role_cards_and_json_grammar_for_local_models():
 
     local = Recorder("local/qwen2.5-coder-1.5b")
     assert build_cards(prompts(), batch(), local, max_tokens=512).ok
-    assert local.kwargs[0]["role"] == "cards" and local.kwargs[0]["grammar"] == JSON_OBJECT_GRAMMAR
+    assert local.kwargs[0]["role"] == "cards"
+    assert local.kwargs[0]["response_format"]["json_schema"]["name"] == "CardsReply"
     assert local.kwargs[0]["max_tokens"] == 512
     remote = Recorder("openai/gpt-4o-mini")
-    assert build_cards(prompts(), batch(), remote).ok and "grammar" not in remote.kwargs[0]
+    assert build_cards(prompts(), batch(), remote, constrained=False).ok and "response_format" not in remote.kwargs[0]
     empty = build_cards(prompts(), [], remote)
     assert not empty.ok and empty.cards == [] and len(remote.kwargs) == 1  # no call for no episodes
 
@@ -306,7 +307,7 @@ def test_analyzer_prompt_with_cards_is_shorter_than_with_raw_trajectories():
 
 
 def test_cards_prompt_is_shortened_to_fit_the_models_window(monkeypatch):
-    from promptevo.optim.reflect.analyzer import estimate_tokens
+    from promptevo.optim.reflect.llm_json import estimate_tokens
 
     eps = [make_episode(s, k, steps=40, obs_pad=8) for s, k in enumerate(["loop", "invalid", "wander", "win"])]
     full, _ = build_cards_messages(eps)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from promptevo.cli.main import app
+from promptevo.cli.app import app
 from promptevo.llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,13 +30,13 @@ def test_help_lists_subcommands_and_version():
     for cmd in ("eval", "models", "tasks", "optimize", "compare", "export"):
         assert cmd in r.output
     v = runner.invoke(app, ["--version"])
-    assert v.exit_code == 0 and "promptevo 0.1.0" in v.output
+    assert v.exit_code == 0 and "promptevo 0.2.0" in v.output
 
 
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["eval", "--task", "nope"], "unknown task 'nope'; valid tasks: goto"),
+        (["eval", "--task", "nope"], "unknown task 'nope'; valid tasks: cliffwalking, frozenlake"),
         (["eval", "--task", "goto", "--agent", "smart"], "unknown agent 'smart'; valid agents: naive"),
         (["eval", "--task", "goto", "--prompts", "missing.md", "--model", "fake/scripted"], "prompt file not found"),
         (["eval"], "missing --task"),
@@ -69,12 +69,15 @@ def test_eval_end_to_end_with_fake_model(tmp_path: Path):
         ], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     run = tmp_path / "t1"
-    eps = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    eps = [json.loads(x)["result"] for x in (run / "episodes.jsonl").read_text().splitlines()]
     assert sorted(e["seed"] for e in eps) == [0, 1]
     assert all(e["steps"] == 64 and not e["success"] and e["error"] is None for e in eps)
+    # turning left on the spot is a 4-step cycle; once the agent's 16-observation history is periodic too
+    # (step 21), the loop cut-off stops asking the LLM and replays the cycle to the step limit
+    assert all(e["loop_cut"] == {"at": 21, "first": 17, "period": 4, "replayed_steps": 43} for e in eps)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["complete"] and summary["tasks"]["goto"]["n"] == 2
-    assert summary["tasks"]["goto"]["llm_calls"] == 128
+    assert summary["tasks"]["goto"]["llm_calls"] == 42
     config = json.loads((run / "config.json").read_text())
     assert config["llm"]["model"] == "fake/scripted" and "api_key" not in config["llm"]
     assert config["tasks"]["goto"]["seeds"] == [0, 1]

@@ -22,6 +22,7 @@ from promptevo.baselines.gepa import (
     seed_texts,
 )
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
+from promptevo.optim.state import load_checkpoint
 from promptevo.segments import PromptSet
 
 RULE = "SCRIPTED RULE: turn toward the target first."
@@ -41,11 +42,15 @@ def scripted(messages: list[dict], params: dict) -> str:
     return "<|ACTION|>go forward<|END|>"
 
 
-def _gateway_factory(created: list):
-    def make(purpose: str) -> Gateway:
+def _gateway_factory(created: list, *, enforce_budget: bool = True):
+    """Fresh test-double gateways per purpose; ``enforce_budget=False`` drops the shared CallBudget the
+    comparison hands over (what a method's own between-iteration checks alone would give)."""
+
+    def make(purpose: str, budget=None) -> Gateway:
         model = "fake/optimizer" if purpose == "optimizer" else "fake/agent"
         gw = Gateway(LLMConfig(model=model, cache_dir=None, num_retries=0,
-                               max_tokens=2048 if purpose == "optimizer" else 256))
+                               max_tokens=2048 if purpose == "optimizer" else 256),
+                     budget=budget if enforce_budget else None)
         created.append((purpose, gw))
         return gw
 
@@ -54,7 +59,7 @@ def _gateway_factory(created: list):
 
 def _cfg(tmp_path, methods, **kw) -> CompareConfig:
     base = dict(task="goto", methods=methods, budget_calls=40, agent="robust-cot", model="fake/agent",
-                optimizer_model="fake/optimizer", heldout_episodes=3, train_episodes=2, val_episodes=2,
+                optimizer_model="fake/optimizer", test_episodes=3, train_episodes=2, val_episodes=2,
                 max_steps=4, generations=2, children=1, concurrency=2, no_cache=True,
                 results_dir=str(tmp_path), run="cmp")
     base.update(kw)
@@ -90,24 +95,33 @@ def test_compare_robust_cot_and_promptevo_writes_compare_json(tmp_path):
     on_disk = json.loads(path.read_text())
     assert on_disk["methods"].keys() == data["methods"].keys() == {"robust-cot", "promptevo"}
     assert on_disk["pending"] == []
+    # three disjoint splits shared by every method (was: train/validation/held-out)
     seeds = on_disk["seeds"]
-    assert len(seeds["train"]) == 2 and len(seeds["validation"]) == 2 and len(seeds["heldout"]) == 3
-    assert not set(seeds["heldout"]) & (set(seeds["train"]) | set(seeds["validation"]))
+    assert len(seeds["train"]) == 2 and len(seeds["validation"]) == 2 and len(seeds["test"]) == 3
+    assert not set(seeds["test"]) & (set(seeds["train"]) | set(seeds["validation"]))
+    assert not set(seeds["train"]) & set(seeds["validation"])
     for name, m in on_disk["methods"].items():
-        assert m["heldout"]["seeds"] == seeds["heldout"], name  # same held-out seeds for every method
-        s = m["heldout"]["summary"]
+        assert m["test"]["seeds"] == seeds["test"], name  # same test seeds for every method
+        s = m["test"]["summary"]
         assert s["n"] == 3 and 0.0 <= s["success_ci95"][0] <= s["success_ci95"][1] <= 1.0
         assert PromptSet.from_dict(m["prompts"]).fingerprint() == m["prompts_fingerprint"]
-        assert m["heldout"]["usage"]["calls"] > 0  # the held-out eval is counted apart from optimization
+        assert m["test"]["usage"]["calls"] > 0  # the test eval is counted apart from optimization
     assert on_disk["methods"]["robust-cot"]["optimization"]["calls"] == 0
     opt = on_disk["methods"]["promptevo"]["optimization"]
     assert opt["calls"] > 0 and opt["tokens"] > 0 and opt["stop_reason"]
     assert any(r in opt["by_role"] for r in ("analyzer", "mutator"))
+    assert opt["calls"] <= cfg.budget_calls and opt["budget_used"] <= cfg.budget_calls
     # one fresh gateway per purpose per method: robust-cot eval, promptevo agent + optimizer + eval
     assert [p for p, _ in created] == ["eval", "agent", "optimizer", "eval"]
-    # the optimizer's own run files live inside the compare run
+    agw, ogw = created[1][1], created[2][1]
+    assert agw.budget is not None and agw.budget is ogw.budget  # one shared call budget per method
+    assert created[0][1].budget is None and created[3][1].budget is None  # the test eval is not budgeted
+    # promptevo's own run saw only the comparison's training and validation seeds, and no test seed
+    ck = load_checkpoint(tmp_path / "cmp" / "promptevo")
+    assert set(ck.splits["train"]) <= set(seeds["train"])
+    assert ck.splits["validation"] == seeds["validation"] and "test" not in ck.played
     assert (tmp_path / "cmp" / "promptevo" / "checkpoint.json").exists()
-    assert (tmp_path / "cmp" / "robust-cot" / "heldout" / "episodes.jsonl").exists()
+    assert (tmp_path / "cmp" / "robust-cot" / "test" / "episodes.jsonl").exists()
 
 
 def test_results_table_renders(tmp_path):
@@ -122,7 +136,8 @@ def test_results_table_renders(tmp_path):
     buf = io.StringIO()
     Console(file=buf, width=200).print(results_table(data))
     text = buf.getvalue()
-    assert "robust-cot" in text and "held-out success" in text and "opt. LLM calls" in text
+    assert "robust-cot" in text and "test success" in text and "opt. LLM calls" in text
+    assert "opt. tokens" in text and "opt. wall" in text
     with pytest.raises(CompareError, match="already holds a comparison"):  # no silent overwrite
         Comparison(cfg, gateway_factory=_gateway_factory([]), quiet=True).run()
 
@@ -155,7 +170,7 @@ def test_episode_feedback_mentions_outcome_and_invalid_actions():
 def test_gepa_runs_through_our_gateway_and_returns_a_promptset(tmp_path):
     pytest.importorskip("minigrid")
     created: list = []
-    cfg = _cfg(tmp_path, ["gepa"], budget_calls=30, heldout_episodes=2)
+    cfg = _cfg(tmp_path, ["gepa"], budget_calls=30, test_episodes=2)
     with ScriptedLLM.install(scripted):
         data = Comparison(cfg, gateway_factory=_gateway_factory(created), quiet=True).run()
     m = data["methods"]["gepa"]
@@ -164,13 +179,69 @@ def test_gepa_runs_through_our_gateway_and_returns_a_promptset(tmp_path):
     assert opt["by_role"]["gepa-agent"]["calls"] > 0
     assert opt["by_role"]["gepa-reflection"]["calls"] >= 1
     assert opt["calls"] == sum(r["calls"] for r in opt["by_role"].values())
-    assert opt["calls"] >= 30 and "budget" in opt["stop_reason"]
+    # the call budget is a hard cap inside the gateways (it used to be checked only between GEPA iterations,
+    # so GEPA overshot it): GEPA spends exactly its budget here and says why it stopped
+    assert opt["calls"] == opt["budget_used"] == 30 and "budget" in opt["stop_reason"]
     best = PromptSet.from_dict(m["prompts"])
     assert isinstance(best, PromptSet) and best.module("system").get("format")  # protocol kept
-    assert m["heldout"]["seeds"] == data["seeds"]["heldout"]
+    assert m["test"]["seeds"] == data["seeds"]["test"]
     assert (tmp_path / "cmp" / "gepa" / "best.md").exists()
     # GEPA's reflection proposal was seen by an episode (the rule reaches the agent's prompt)
     assert opt["candidates"] >= 1
+
+
+def _method_calls(created: list, purposes=("agent", "optimizer")) -> list[int]:
+    """LLM calls counted on each optimizing method's own gateways (agent + optimizer), in method order."""
+    opt = [gw for p, gw in created if p in purposes]
+    return [sum(int(gw.usage.total()["calls"]) for gw in opt[i:i + 2]) for i in range(0, len(opt), 2)]
+
+
+@pytest.mark.skipif(not dspy_available(), reason="dspy not installed (pip install 'promptevo[gepa]')")
+def test_budget_is_a_hard_cap_for_gepa_and_promptevo_and_the_table_reports_usage(tmp_path):
+    """N = 3 LLM calls: GEPA's first step (the seed candidate on 2 validation episodes of up to 4 steps,
+    one call per step) and promptevo's first step (the parent on an evidence episode of up to 4 steps)
+    each need more than N calls before any between-iteration check can run. With only those checks both
+    overshoot; with the comparison's shared CallBudget in the gateways neither spends more than N."""
+    pytest.importorskip("minigrid")
+    n = 3
+    kw = dict(budget_calls=n, test_episodes=2, val_episodes=2, train_episodes=2, max_steps=4, generations=3)
+    # counterfactual: the same comparison whose gateways ignore the budget (between-iteration checks only)
+    loose: list = []
+    with ScriptedLLM.install(scripted):
+        Comparison(_cfg(tmp_path, ["promptevo", "gepa"], run="loose", **kw),
+                   gateway_factory=_gateway_factory(loose, enforce_budget=False), quiet=True).run()
+    assert all(c > n for c in _method_calls(loose)), _method_calls(loose)
+    # the real thing: every call beyond N is refused inside the gateways
+    created: list = []
+    with ScriptedLLM.install(scripted):
+        data = Comparison(_cfg(tmp_path, ["promptevo", "gepa"], run="capped", **kw),
+                          gateway_factory=_gateway_factory(created), quiet=True).run()
+    counted = _method_calls(created)
+    assert len(counted) == 2 and all(0 < c <= n for c in counted), counted
+    for name, c in zip(["promptevo", "gepa"], counted):
+        opt = data["methods"][name]["optimization"]
+        assert opt["calls"] == c and opt["budget_used"] <= n, name  # compare.json counts what the gateways did
+        assert "budget" in opt["stop_reason"], (name, opt["stop_reason"])
+        assert data["methods"][name]["test"]["summary"]["n"] == 2  # the test eval still runs, unbudgeted
+    # the table: calls, tokens and wall time of each method's optimization (and of its test eval)
+    from rich.console import Console
+
+    from promptevo.baselines.compare import results_table, table_rows
+
+    rows = {r["method"]: r for r in table_rows(data)}
+    assert set(rows) == {"promptevo", "gepa"}
+    for name, r in rows.items():
+        opt = data["methods"][name]["optimization"]
+        assert r["calls"] == opt["calls"] and r["tokens"] == opt["tokens"] > 0
+        assert r["wall_s"] == opt["wall_s"] > 0 and r["eval_wall_s"] > 0
+    buf = io.StringIO()
+    Console(file=buf, width=250).print(results_table(data))
+    lines = buf.getvalue().splitlines()
+    for name, r in rows.items():
+        line = next(ln for ln in lines if ln.strip("│┃ ").startswith(name))
+        cells = [c.strip() for c in line.replace("┃", "│").split("│") if c.strip()]
+        assert cells[3] == f"{r['calls']:,}" and cells[4] == f"{r['tokens']:,}", cells
+        assert cells[6] == f"{r['wall_s']:.1f}s" and cells[7] == f"{r['eval_wall_s']:.1f}s", cells
 
 
 @pytest.mark.skipif(not dspy_available(), reason="dspy not installed (pip install 'promptevo[gepa]')")

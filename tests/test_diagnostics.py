@@ -186,7 +186,7 @@ def test_leak_check_on_real_babyai_missions_and_the_guided_prompts():
     env = make_env(task)
     try:
         train = [env.reset(s)[1]["mission"] for s in task.seed_list("train")[:10]]
-        heldout = [env.reset(s)[1]["mission"] for s in task.seed_list("heldout")[:10]]
+        heldout = [env.reset(s)[1]["mission"] for s in task.seed_list("validation")[:10]]
     finally:
         env.close()
     guided = PromptSet.load(Path(__file__).resolve().parent.parent / "prompts/babyai/guided/two-stage.md")

@@ -1,5 +1,6 @@
-"""Tests of the LLM environment engineer and the MAPF curriculum (promptevo.envs.mapf.curriculum), and of the inline
-MAPF config override of tasks (promptevo.tasks).
+"""Tests of the LLM environment engineer (promptevo.envs.mapf.engineer, .failures), the MAPF curriculum
+(promptevo.envs.mapf.curriculum, promptevo.cli.curriculum), and of MAPF generator knobs in a task's
+``[env]`` table (promptevo.envs.mapf.family).
 
 Test doubles (all LLM calls go to ``fake/scripted`` through :class:`ScriptedLLM`; calls are told apart by
 their system message):
@@ -19,24 +20,16 @@ from typing import Any
 
 import pytest
 
-from promptevo.envs.mapf.curriculum import (
-    DEFAULT_BOUNDS,
-    FAILURE_CAUSES,
-    Bounds,
-    apply_changes,
-    classify_episode,
-    cli_main,
-    curriculum_args,
-    failure_report,
-    propose_config,
-    render_report,
-    run_curriculum,
-)
+from promptevo.cli.curriculum import cli_main, curriculum_args
+from promptevo.envs.mapf.curriculum import run_curriculum
+from promptevo.envs.mapf.engineer import DEFAULT_BOUNDS, Bounds, apply_changes, propose_config
 from promptevo.envs.mapf.env import MAPFConfig, load_mapf_preset
-from promptevo.optim.engine import EvolveConfig, EvolveError
+from promptevo.envs.mapf.failures import FAILURE_CAUSES, classify_episode, failure_report, render_report
+from promptevo.envs.mapf.family import mapf_config, params_for
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
-from promptevo.segments import PromptSet
-from promptevo.tasks import TaskConfig, TaskError, load_task, load_task_file, make_env, mapf_config_for, with_mapf_config
+from promptevo.optim.config import OptimizeConfig
+from promptevo.optim.state import RunError, RunState, load_checkpoint
+from promptevo.tasks import TaskConfig, TaskError, load_task, load_task_file, make_env
 
 SAFETY_RULE = "Never step onto a HOLE, a wall or the edge."
 
@@ -100,10 +93,10 @@ def gateway() -> Gateway:
 
 
 #: stage-1 map of the curriculum tests: 4x4, one agent, a quarter of the cells are holes. On the first four
-#: held-out seeds the greedy actor falls into a hole 3 times; with the safety rule it wins 3 and runs out of
+#: test seeds the greedy actor falls into a hole 3 times; with the safety rule it wins 3 and runs out of
 #: steps once (the harness stops episodes after max_steps=6 of base_config).
-START_TOML = ('family = "mapf"\nmapf_preset = "single"\n'
-              '[mapf_config]\nname = "start"\nhole_density = 0.25\nmin_goal_distance = 3\nmax_steps = 8\n')
+START_TOML = ('family = "mapf"\n[env]\npreset = "single"\n'
+              'name = "start"\nhole_density = 0.25\nmin_goal_distance = 3\nmax_steps = 8\n')
 
 
 def start_task(tmp_path: Path) -> TaskConfig:
@@ -112,62 +105,66 @@ def start_task(tmp_path: Path) -> TaskConfig:
     return load_task_file(path)
 
 
-def base_config(tmp_path: Path, **kw: Any) -> EvolveConfig:
+def base_config(tmp_path: Path, **kw: Any) -> OptimizeConfig:
+    # every child is accepted and promoted unless it is much worse on the validation seeds (margin rule):
+    # the curriculum, not the gate, is under test here
     d = dict(task="mapf-single", agent="two-stage", model="fake/scripted", generations=1, episodes=2,
-             heldout_episodes=4, children=1, accept_rule="always", promote_margin=-0.5, max_steps=6,
-             concurrency=2, baseline=None, no_cache=True, results_dir=str(tmp_path), run="cur")
+             evidence_episodes=2, validation_episodes=4, test_episodes=4, children=1, accept_rule="always", promote_rule="margin",
+             promote_margin=-0.5, max_steps=6, concurrency=2, baseline=None, no_cache=True,
+             results_dir=str(tmp_path), run="cur")
     d.update(kw)
-    return EvolveConfig(**d)
+    return OptimizeConfig(**d)
 
 
 def curriculum(tmp_path: Path, script: Script, **kw: Any):
-    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in EvolveConfig.model_fields and not isinstance(kw[k], TaskConfig)}
+    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in OptimizeConfig.model_fields and not isinstance(kw[k], TaskConfig)}
     with ScriptedLLM.install(script):
         return run_curriculum(base_config(tmp_path, **cfg_kw), agent_gateway=gateway(),
                               optimizer_gateway=gateway(), quiet=True, **kw)
 
 
-# -- tasks: inline MAPF config ---------------------------------------------------------------------------
+# -- tasks: MAPF knobs in the [env] table ----------------------------------------------------------------
 
 
-def test_task_mapf_config_is_merged_over_the_preset(tmp_path):
+def test_mapf_knobs_in_env_are_merged_over_the_preset(tmp_path):
     path = tmp_path / "tiny.toml"
-    path.write_text('family = "mapf"\nmapf_preset = "easy"\n[mapf_config]\nrows = 4\nn_agents = 1\nslip_prob = 0.1\n')
+    path.write_text('family = "mapf"\n[env]\npreset = "easy"\nrows = 4\nn_agents = 1\nslip_prob = 0.1\n')
     task = load_task_file(path)
-    cfg = mapf_config_for(task)
+    cfg = mapf_config(task.env)
     easy = load_mapf_preset("easy")
     assert (cfg.rows, cfg.n_agents, cfg.slip_prob) == (4, 1, 0.1)
     assert (cfg.cols, cfg.hole_density, cfg.max_steps) == (easy.cols, easy.hole_density, easy.max_steps)
     env = make_env(task)
     obs, _ = env.reset(0)
     assert env.config.rows == 4 and "grid of 4 rows x 5 columns" in env.instructions()
-    # existing task files are unchanged: no override, the preset itself
-    assert load_task("mapf-easy").mapf_config is None and mapf_config_for(load_task("mapf-easy")) == easy
-    # with_mapf_config: the env is exactly the given config; names and seeds are kept
+    # shipped task files are the preset itself
+    assert load_task("mapf-easy").env == {"preset": "easy"} and mapf_config(load_task("mapf-easy").env) == easy
+    # params_for + with_env: the env is exactly the given config; names and seeds are kept
     tiny = MAPFConfig(rows=3, cols=3, n_agents=1, hole_density=0.0, max_steps=9)
-    t2 = with_mapf_config(load_task("mapf-easy"), tiny)
-    assert mapf_config_for(t2) == tiny and make_env(t2).config == tiny
-    assert t2.name == "mapf-easy" and t2.seed_list("heldout") == load_task("mapf-easy").seed_list("heldout")
-    with pytest.raises(TaskError, match="babyai"):
-        with_mapf_config(load_task("goto"), tiny)
+    t2 = load_task("mapf-easy").with_env(params_for(tiny, "easy"))
+    assert mapf_config(t2.env) == tiny and make_env(t2).config == tiny
+    assert t2.name == "mapf-easy" and t2.seed_list("test") == load_task("mapf-easy").seed_list("test")
+    with pytest.raises(TaskError, match="unknown babyai parameter 'preset'"):
+        load_task("goto").with_env(params_for(tiny, "easy"))
 
 
 @pytest.mark.parametrize("body, needles", [
-    ("[mapf_config]\ncolour = 1\n", ["field mapf_config", "unknown MAPF knob 'colour'"]),
-    ("[mapf_config]\nrows = \"big\"\n", ["field mapf_config", "rows"]),
-    ("[mapf_config]\nhole_density = 0.5\nwall_density = 0.5\n", ["field mapf_config", "exceeds 0.75"]),
+    ('preset = "easy"\ncolour = 1\n', ["field env", "unknown MAPF knob 'colour'"]),
+    ('preset = "easy"\nrows = "big"\n', ["field env", "rows"]),
+    ('preset = "easy"\nhole_density = 0.5\nwall_density = 0.5\n', ["field env", "exceeds 0.75"]),
+    ("rows = 3\n", ["field env", "needs preset"]),
 ])
-def test_bad_mapf_config_is_one_clear_line(tmp_path, body, needles):
+def test_bad_mapf_knobs_are_one_clear_line(tmp_path, body, needles):
     path = tmp_path / "bad.toml"
-    path.write_text('family = "mapf"\nmapf_preset = "easy"\n' + body)
+    path.write_text('family = "mapf"\n[env]\n' + body)
     with pytest.raises(TaskError) as ei:
         load_task_file(path)
     msg = str(ei.value)
     assert "\n" not in msg and "bad.toml" in msg
     for n in needles:
         assert n in msg, msg
-    with pytest.raises(ValueError, match="only for family 'mapf'"):
-        TaskConfig(name="x", family="babyai", goal="goto", mapf_config={"rows": 3})
+    with pytest.raises(ValueError, match="unknown babyai parameter 'rows'"):  # MAPF knobs only for family mapf
+        TaskConfig(name="x", family="babyai", env={"goal": "goto", "rows": 3})
 
 
 # -- failure report ------------------------------------------------------------------------------------
@@ -322,17 +319,17 @@ def test_more_steps_under_a_binding_harness_cap_is_dropped_as_having_no_effect()
 # -- the curriculum ------------------------------------------------------------------------------------
 
 
-def _checkpoint(stage_dir: Path) -> dict:
-    return json.loads((stage_dir / "checkpoint.json").read_text())
+def _checkpoint(stage_dir: Path) -> RunState:
+    return load_checkpoint(stage_dir)
 
 
 def test_fixed_curriculum_keeps_config_and_carries_prompts(tmp_path):
     script = Script(engineer={"changes": {"rows": 6}, "rationale": "must not be asked"})
     start_task(tmp_path)
-    task_file = str(tmp_path / "start.toml")  # the base task is a task file with an inline [mapf_config]
+    task_file = str(tmp_path / "start.toml")  # the base task is a task file with MAPF knobs in [env]
     res = curriculum(tmp_path, script, stages=2, mode="fixed", task=task_file)
     assert script.calls["engineer"] == 0
-    assert res.configs[0] == res.configs[1] == mapf_config_for(load_task_file(task_file))
+    assert res.configs[0] == res.configs[1] == mapf_config(load_task_file(task_file).env)
     assert res.configs[0].name == "start" and res.configs[0].hole_density == 0.25
     data = json.loads((tmp_path / "cur" / "curriculum.json").read_text())
     assert data["complete"] and data["mode"] == "fixed" and [s["stage"] for s in data["stages"]] == [1, 2]
@@ -340,22 +337,32 @@ def test_fixed_curriculum_keeps_config_and_carries_prompts(tmp_path):
     assert data["stages"][0]["engineer"] == {"mode": "fixed", "changes": {}, "fallback": None}
     # stage 2 starts from stage 1's best prompts (which gained the safety rule)
     s1, s2 = _checkpoint(tmp_path / "cur" / "stage-1"), _checkpoint(tmp_path / "cur" / "stage-2")
-    best1 = next(c for c in s1["candidates"] if c["id"] == s1["best_id"])
-    init2 = next(c for c in s2["candidates"] if c["id"] == s2["initial_id"])
-    assert s1["best_id"] != "c0" and init2["fingerprint"] == best1["fingerprint"]
-    assert data["stages"][1]["initial_fingerprint"] == data["stages"][0]["best_fingerprint"] == best1["fingerprint"]
-    assert SAFETY_RULE in PromptSet.from_dict(init2["prompts"]).module("actor").get("safety")
+    best1, init2 = s1.best, s2.initial
+    assert s1.best_id != "c0" and init2.fingerprint == best1.fingerprint
+    assert data["stages"][1]["initial_fingerprint"] == data["stages"][0]["best_fingerprint"] == best1.fingerprint
+    assert SAFETY_RULE in init2.prompt_set().module("actor").get("safety")
     # each stage has its own run folder and its own training seeds
-    assert s1["config"]["run"].endswith("stage-1") and s2["config"]["seed"] == s1["config"]["seed"] + 1
-    assert s1["generations"][0]["seeds"] != s2["generations"][0]["seeds"]
-    # final comparison on the target's held-out seeds: the carried rule makes the agent better
+    assert s1.config.run.endswith("stage-1") and s2.config.seed == s1.config.seed + 1
+    assert (s1.generations[0].evidence_seeds, s1.generations[0].accept_seeds) != \
+        (s2.generations[0].evidence_seeds, s2.generations[0].accept_seeds)
+    # stages select on their validation seeds and never play a test seed (new: final_test is off in stages)
+    for st in (s1, s2):
+        assert not st.config.final_test and "test" not in st.played
+        assert all(not c.test for c in st.candidates.values())
+        assert st.played["validation"] and set(st.played["validation"]) <= set(st.splits["validation"])
+    assert data["stages"][0]["validation"]["n"] == 4 and data["stages"][0]["validation_success"] is not None
+    # final comparison on the target's test seeds, played once: the carried rule makes the agent better
     rows = data["final"]["rows"]
-    assert data["final"]["target"] == "start" and data["final"]["seeds"] == [100000, 100001, 100002, 100003]
+    assert data["final"]["target"] == "start" and data["final"]["split"] == "test"
+    assert data["final"]["seeds"] == [100000, 100001, 100002, 100003]
     assert (rows["initial"]["n"], rows["initial"]["successes"], rows["best"]["successes"]) == (4, 1, 3)
     assert data["final"]["best_report"]["failure_causes"]["timeout"] == 1
     assert rows["best"]["fingerprint"] == res.best_prompts.fingerprint()
+    final_keys = [json.loads(x)["key"] for x in (tmp_path / "cur" / "final" / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(final_keys) == sorted([rows["initial"]["fingerprint"]] * 4 + [rows["best"]["fingerprint"]] * 4)
     md = (tmp_path / "cur" / "curriculum.md").read_text()
     assert "| 1 | start: 4x4" in md and "| initial | 4 | 25.0%" in md and "| best | 4 | 75.0%" in md
+    assert "4 test seeds (played once)" in md
 
 
 def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
@@ -374,15 +381,20 @@ def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
     assert eng["trimmed"] == ["rows"] and eng["rationale"] == "agents fell into holes"
     assert st2["changes"] == eng["changes"] and st2["engineer_in"]["changes"] == eng["changes"]
     assert st2["config"]["hole_density"] == 0.0
-    # the engineer read the failure report of stage 1's best prompts on its held-out episodes
+    # the engineer read the failure report of stage 1's best prompts on its validation episodes (was: held-out;
+    # a stage never plays test seeds)
     rep = st1["report"]
-    assert st1["evidence"] == "heldout" and rep["n"] == 4 and rep["successes"] == 3
+    s1 = _checkpoint(tmp_path / "cur" / "stage-1")
+    best_val = s1.best.validation
+    assert st1["evidence"] == "validation" and rep["n"] == len(best_val) == 4
+    assert rep["successes"] == sum(r["success"] for r in best_val.values())
+    assert rep["successes"] == 3  # the safety rule: no hole falls, one episode runs out of steps
     assert rep["failure_causes"] == {"fell_in_hole": 0, "invalid_actions": 0, "collisions": 0, "timeout": 1, "other": 0}
     assert st1["best_fingerprint"] != st1["initial_fingerprint"]  # the best (with the rule) was judged
     user = script.engineer_prompts[0][-1]["content"]
-    assert "Episodes: 4; successes: 3 (75%)" in user and "- hole_density = 0.25" in user
+    assert f"Episodes: 4; successes: {rep['successes']} ({rep['success_rate']:.0%})" in user
+    assert "- hole_density = 0.25" in user and "stops every episode after 6 steps" in user
     assert "Failure causes (one per failed episode): timeout 1." in user
-    assert "stops every episode after 6 steps" in user
     # stage 2 really played the new config: no holes on its maps
     lines = (tmp_path / "cur" / "stage-2" / "episodes.jsonl").read_text().splitlines()
     obs = json.loads(lines[0])["result"]["trajectory"][0]["observation"]
@@ -396,9 +408,9 @@ def test_engineer_curriculum_changes_config_per_reply_and_resumes(tmp_path):
                               agent_gateway=gateway(), optimizer_gateway=gateway(), quiet=True)
     assert sum(again.calls.values()) == 0
     assert res2.configs == res.configs and res2.final["rows"] == res.final["rows"]
-    with pytest.raises(EvolveError, match="already holds a curriculum"):
+    with pytest.raises(RunError, match="already holds a curriculum"):
         curriculum(tmp_path, Script(), stages=2, mode="engineer", task=task)
-    with pytest.raises(EvolveError, match="mode was 'engineer'"):
+    with pytest.raises(RunError, match="mode was 'engineer'"):
         curriculum(tmp_path, Script(), stages=2, mode="fixed", resume=True, task=task)
 
 
@@ -414,16 +426,21 @@ def test_cli_refuses_non_mapf_tasks_and_parses_curriculum_flags(tmp_path, capsys
     assert cfg.generations == 2 and quiet and cfg.run.startswith("mapf-single-curriculum-")
     _, kw, _ = curriculum_args(["--task", "mapf-single"])
     assert kw["stages"] == 3 and kw["mode"] == "engineer" and kw["target_task"] is None
-    with pytest.raises(EvolveError, match="--stages"):
+    with pytest.raises(RunError, match="--stages"):
         curriculum_args(["--task", "mapf-single", "--stages", "0"])
+    assert cli_main(["--task", "mapf-single", "--validation-episodes", "0", "--results-dir", str(tmp_path)]) == 2
+    assert "--validation-episodes" in capsys.readouterr().err  # a bad option names its flag
     assert not any(tmp_path.iterdir())  # nothing written for refused runs
+
+
+CLI_ARGS = ["--model", "fake/scripted", "-g", "1", "-n", "2", "--evidence-episodes", "2", "--validation-episodes", "2", "--test-episodes", "2",
+            "--max-steps", "6", "-k", "1", "--accept-rule", "always", "--baseline", "none", "--no-cache", "-j", "2",
+            "--run", "c", "-q"]
 
 
 def test_cli_runs_then_extends_a_curriculum_on_resume(tmp_path, capsys):
     start_task(tmp_path)
-    args = ["--task", str(tmp_path / "start.toml"), "--model", "fake/scripted", "-g", "1", "-n", "2",
-            "--heldout-episodes", "2", "--max-steps", "6", "-k", "1", "--accept-rule", "always", "--baseline", "none",
-            "--no-cache", "-j", "2", "--results-dir", str(tmp_path), "--run", "c", "-q"]
+    args = ["--task", str(tmp_path / "start.toml"), *CLI_ARGS, "--results-dir", str(tmp_path)]
     script = Script(engineer={"changes": {"hole_density": 0.1}, "rationale": "fewer holes"})
     with ScriptedLLM.install(script):
         assert cli_main(args + ["--stages", "1"]) == 0
@@ -438,29 +455,28 @@ def test_cli_runs_then_extends_a_curriculum_on_resume(tmp_path, capsys):
     assert data["stages"][1]["config"]["hole_density"] == 0.1 and data["stages"][1]["changes"] == {"hole_density": [0.25, 0.1]}
     assert stage1.stat().st_mtime_ns == before  # the finished stage was not run again
     assert data["target_task"] == str(tmp_path / "start.toml") and data["config"]["generations"] == 1
+    assert data["final"]["seeds"] == [100000, 100001]  # the target's first 2 test seeds (--test-episodes)
     assert "2      4x4 a1 holes 0.1" in capsys.readouterr().out
 
 
 def test_a_crash_in_stage_one_leaves_a_resumable_curriculum(tmp_path, monkeypatch):
-    import promptevo.envs.mapf.curriculum as eng
+    import promptevo.api as api
 
     start_task(tmp_path)
-    args = ["--task", str(tmp_path / "start.toml"), "--model", "fake/scripted", "-g", "1", "-n", "2",
-            "--heldout-episodes", "2", "--max-steps", "6", "-k", "1", "--accept-rule", "always", "--baseline", "none",
-            "--no-cache", "-j", "2", "--results-dir", str(tmp_path), "--run", "c", "--stages", "1", "-q"]
-    real = eng.optimize
+    args = ["--task", str(tmp_path / "start.toml"), *CLI_ARGS, "--results-dir", str(tmp_path), "--stages", "1"]
+    real = api.optimize
 
     def crash(*a, **kw):
         raise RuntimeError("simulated crash inside stage 1")
 
-    monkeypatch.setattr(eng, "optimize", crash)
+    monkeypatch.setattr(api, "optimize", crash)  # the curriculum looks optimize() up at each run
     script = Script(engineer={"changes": {}, "rationale": "keep"})
     with ScriptedLLM.install(script):
         with pytest.raises(RuntimeError, match="simulated crash"):
             cli_main(args)
         data = json.loads((tmp_path / "c" / "curriculum.json").read_text())
         assert data["complete"] is False and data["stages"] == []
-        monkeypatch.setattr(eng, "optimize", real)
+        monkeypatch.setattr(api, "optimize", real)
         assert cli_main(["--resume", "c", "--results-dir", str(tmp_path), "-q"]) == 0
     data = json.loads((tmp_path / "c" / "curriculum.json").read_text())
     assert data["complete"] is True and [s["stage"] for s in data["stages"]] == [1]

@@ -71,7 +71,9 @@ def install_fake(site: Path, spec: lm.ModelSpec, skip: int | None = None, nofile
 
 
 def use_table(monkeypatch, *specs: lm.ModelSpec) -> None:
-    monkeypatch.setattr(lm, "KNOWN_MODELS", {s.name: s for s in specs})
+    from promptevo.llm import models
+
+    monkeypatch.setattr(models, "KNOWN_MODELS", {s.name: s for s in specs})
 
 
 # ------------------------------------------------------------------------------------- the real table

@@ -26,21 +26,19 @@ from typer.testing import CliRunner
 import promptevo.llm.gateway as llm_mod
 from promptevo.agents import (
     FALLBACK_ACTION,
-    ActionSpace,
     make_agent,
     match_action,
     parse_plain_action,
     parse_tagged_action,
 )
-from promptevo.cli.main import app
+from promptevo.cli.app import app
 from doubles import FakeSeedEnv
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM, ScriptedReply, redact, redact_url
+from promptevo.evaluation.store import RunWriter, read_episodes
 from promptevo.evaluation.rollout import (
     CLIP_MARKER,
     MAX_STORED_TEXT_CHARS,
-    RunWriter,
     evaluate,
-    read_episodes,
 )
 from promptevo.segments import Prompt, PromptSet, Segment
 from promptevo.tasks import TaskConfig
@@ -48,7 +46,7 @@ from promptevo.tasks import TaskConfig
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 PROMPTS = PromptSet.of({"system": Prompt((Segment("role", "Play. {mission}"), Segment("format", "Tag it.")))})
-TASK = TaskConfig(name="fake", family="babyai", goal="goto")
+TASK = TaskConfig(name="fake", family="babyai", env={"goal": "goto"})
 SEED_RE = re.compile(r"seed (\d+) step (\d+)")
 
 
@@ -209,7 +207,7 @@ def test_fault_injection_two_stage_description_is_clipped(tmp_path: Path):
 
 def _write_tasks_dir(d: Path, **extra: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
-    (d / "tiny.toml").write_text('family = "babyai"\ngoal = "goto"\nmax_steps = 3\nepisodes = 2\n')
+    (d / "tiny.toml").write_text('family = "babyai"\nmax_steps = 3\nepisodes = 2\n[env]\ngoal = "goto"\n')
     for name, body in extra.items():
         (d / f"{name}.toml").write_text(body)
     return d
@@ -257,8 +255,8 @@ def _cli(*args: str, env: dict | None = None, code: str | None = None, cwd: Path
 
 
 def _main(capfd, monkeypatch, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``promptevo.cli.main`` in-process (fast); stdout/stderr captured at the file-descriptor level."""
-    from promptevo.cli.main import main
+    """Run ``promptevo.cli.app`` in-process (fast); stdout/stderr captured at the file-descriptor level."""
+    from promptevo.cli.app import main
 
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
@@ -279,14 +277,17 @@ def _one_line_exit_2(r: subprocess.CompletedProcess, *needles: str) -> None:
 
 
 BAD_TASKS = {
-    "unknown_key": ('family = "babyai"\ngoal = "goto"\ncolour = "red"\n', ["unknown key 'colour'"]),
-    "wrong_type": ('family = "babyai"\ngoal = "goto"\nepisodes = "ten"\n', ["field episodes", "'ten'"]),
-    "out_of_range": ('family = "babyai"\ngoal = "goto"\nmax_steps = 0\n', ["field max_steps", "greater than"]),
-    "bad_seeds": ('family = "babyai"\ngoal = "goto"\ntrain_seeds = { start = -5, count = 3 }\n',
+    "unknown_key": ('family = "babyai"\ncolour = "red"\n[env]\ngoal = "goto"\n', ["unknown key 'colour'"]),
+    "wrong_type": ('family = "babyai"\nepisodes = "ten"\n[env]\ngoal = "goto"\n', ["field episodes", "'ten'"]),
+    "out_of_range": ('family = "babyai"\nmax_steps = 0\n[env]\ngoal = "goto"\n', ["field max_steps", "greater than"]),
+    "bad_seeds": ('family = "babyai"\ntrain_seeds = { start = -5, count = 3 }\n[env]\ngoal = "goto"\n',
                   ["field train_seeds.start"]),
-    "bad_family": ('family = "chess"\n', ["field family"]),
-    "bad_preset": ('family = "mapf"\nmapf_preset = "nope"\n', ["field mapf_preset", "unknown MAPF preset"]),
-    "bad_preset_values": ('family = "mapf"\nmapf_preset = "broken"\n', ["field mapf_preset", "hole_density"]),
+    "bad_family": ('family = "chess"\n', ["field family", "unknown env family 'chess'"]),
+    "bad_goal": ('family = "babyai"\n[env]\ngoal = "fly"\n', ["field env", "goal must be one of"]),
+    "bad_preset": ('family = "mapf"\n[env]\npreset = "nope"\n', ["field env", "unknown MAPF preset"]),
+    "bad_preset_values": ('family = "mapf"\n[env]\npreset = "broken"\n', ["field env", "hole_density"]),
+    "overlap": ('family = "babyai"\ntrain_seeds = [1, 2]\nvalidation_seeds = [2, 3]\n[env]\ngoal = "goto"\n',
+                ["train_seeds and validation_seeds overlap"]),
     "not_toml": ('family = "babyai\n', ["invalid TOML"]),
 }
 
@@ -317,7 +318,8 @@ BAD_FLAGS = [
     (["--max-tokens", "0"], ["--max-tokens must be >= 1"]),
     (["--history", "0"], ["--history must be >= 1"]),
     (["--seed-offset", "-1"], ["--seed-offset"]),
-    (["--seeds", "test"], ["--seeds must be train or heldout"]),
+    (["--seeds", "holdout"], ["--seeds must be train, validation or test"]),
+    (["--seeds", "heldout"], ["--seeds heldout was renamed"]),
     (["--init", "fancy"], ["--init must be plain or guided"]),
     (["--agent", "genius"], ["unknown agent 'genius'"]),
     (["--bogus-flag"], ["No such option: --bogus-flag"]),
@@ -365,7 +367,7 @@ API_BASE = f"http://alice:{SECRET_PASS}@127.0.0.1:9/v1"
 # Runs the CLI in a subprocess with the retry backoff set to zero (a test-only patch of the gateway).
 _RUN_CLI_NO_BACKOFF = (
     "import sys, promptevo.llm as L; L._backoff = lambda c, i: 0.0\n"
-    "from promptevo.cli.main import main; sys.argv = ['promptevo', *sys.argv[1:]]; main()\n"
+    "from promptevo.cli.app import main; sys.argv = ['promptevo', *sys.argv[1:]]; main()\n"
 )
 
 
@@ -400,7 +402,7 @@ def test_secrets_never_written(tmp_path: Path, capfd, monkeypatch):
                    "--api-base", API_BASE, "--results-dir", str(tmp_path / "res"), "--run-name", "scripted",
                    "--seeds", "train", env=env)
     assert r2.returncode == 0, r2.stderr
-    eps = [json.loads(x) for x in (tmp_path / "res" / "scripted" / "episodes.jsonl").read_text().splitlines()]
+    eps = [json.loads(x)["result"] for x in (tmp_path / "res" / "scripted" / "episodes.jsonl").read_text().splitlines()]
     assert all(e["error"] and "InternalServerError" in e["error"] and "***" in e["error"] for e in eps)
     # (c) the response cache of a scripted run with the same credentials
     with ScriptedLLM.install(lambda m: "<|ACTION|>turn left<|END|>"):
@@ -449,7 +451,7 @@ def _deterministic_responder(messages: list[dict]) -> str:
 
 
 def _run(tmp: Path, name: str, cache: Path, seeds: list[int], concurrency: int) -> Path:
-    task = TaskConfig(name="goto3", family="babyai", goal="goto", max_steps=4)
+    task = TaskConfig(name="goto3", family="babyai", env={"goal": "goto"}, max_steps=4)
     gw = Gateway(LLMConfig(model="fake/scripted", cache_dir=str(cache), temperature=0.0))
     writer = RunWriter(tmp / name)
     with ScriptedLLM.install(_deterministic_responder):
@@ -481,7 +483,7 @@ def test_same_seeds_same_prompts_same_episodes(tmp_path: Path):
     # warm cache: identical apart from the cache flags
     w = _run(tmp_path, "w", tmp_path / "cache-a", seeds, 1)
     assert canon(w, ("cached", "cached_calls")) == canon(a, ("cached", "cached_calls"))
-    assert all(json.loads(x)["cached_calls"] > 0 for x in w.read_text().splitlines())
+    assert all(json.loads(x)["result"]["cached_calls"] > 0 for x in w.read_text().splitlines())
 
 
 # -- 5. fuzzing -------------------------------------------------------------------------------------------

@@ -11,13 +11,12 @@ import pytest
 from promptevo.agents import make_agent
 from promptevo.envs.base import TextEnv
 from promptevo.llm import Completion, Gateway, LLMConfig, LLMConfigError, LLMError, ScriptedLLM
+from promptevo.evaluation.store import RunWriter, read_episodes
+from promptevo.fileio import write_json_atomic
 from promptevo.evaluation.rollout import (
     EpisodeResult,
-    RunWriter,
-    read_episodes,
     run_episode,
     run_episodes,
-    write_json_atomic,
 )
 from promptevo.segments import Prompt, PromptSet, Segment
 from promptevo.tasks import TaskConfig, load_task
@@ -41,7 +40,7 @@ class FakeGatewayDouble:
                           cached=False, model="fake/scripted")
 
 
-TASK = TaskConfig(name="fake", family="babyai", goal="goto")
+TASK = TaskConfig(name="fake", family="babyai", env={"goal": "goto"})
 
 
 def fake_env(_task: TaskConfig) -> TextEnv:
@@ -71,7 +70,7 @@ def test_episode_record_and_trajectory_compaction():
 
 def test_task_max_steps_caps_the_episode():
     gw = FakeGatewayDouble(lambda m: "<|ACTION|>wait<|END|>")
-    task = TaskConfig(name="fake", family="babyai", goal="goto", max_steps=2)
+    task = TaskConfig(name="fake", family="babyai", env={"goal": "goto"}, max_steps=2)
     r = run_episode(task, lambda: make_agent("robust-cot", gw, PROMPTS), 0, env_factory=fake_env)
     assert r.steps == 2 and r.truncated and not r.success
 
@@ -106,10 +105,11 @@ def test_run_writer_files(tmp_path: Path):
     w.write_config({"agent": "robust-cot"})
     lines = (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == 2 and {json.loads(x)["seed"] for x in lines} == {4, 5}
+    assert all(json.loads(x)["key"] == "fake" and json.loads(x)["result"]["success"] for x in lines)
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == {"n": 2}
     assert not list((tmp_path / "run").glob("*.tmp"))
     with open(tmp_path / "run" / "episodes.jsonl", "a") as f:
-        f.write('{"task": "fake", "seed": 9, "trunc')  # a crash mid-write
+        f.write('{"key": "fake", "seed": 9, "resu')  # a crash mid-write
     assert sorted(r.seed for r in read_episodes(tmp_path / "run" / "episodes.jsonl")) == [4, 5]
     write_json_atomic(tmp_path / "x.json", {"a": 1})
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}

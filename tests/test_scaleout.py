@@ -194,7 +194,7 @@ def test_ray_interrupt_cancels_and_reraises(ray_session):
 
 
 def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
-    from promptevo.cli.main import run_eval
+    from promptevo.cli.app import run_eval
 
     common = dict(agent="random", tasks=["mapf-single"], episodes=3, model=None, api_base=None, concurrency=2,
                   seeds="train", seed_offset=0, prompts_file=None, init="plain", results_dir=tmp_path,
@@ -214,7 +214,7 @@ def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
 
 
 def test_cli_eval_with_ray_counts_worker_usage(ray_session, tmp_path: Path, monkeypatch):
-    from promptevo.cli.main import run_eval
+    from promptevo.cli.app import run_eval
 
     create = AgentSpec.create.__func__  # the CLI's specs get the scripted responder for the workers
     setup = scripted_setup()
@@ -227,3 +227,105 @@ def test_cli_eval_with_ray_counts_worker_usage(ray_session, tmp_path: Path, monk
     calls = summary["tasks"]["goto"]["llm_calls"]
     assert summary["complete"] and calls > 0 and summary["usage"]["total"]["calls"] == calls
     assert summary["usage"]["by_role"]["agent"]["prompt_tokens"] > 0
+
+
+# -- optimize() with --ray ---------------------------------------------------------------------------
+
+
+def scripted_everything():
+    """A responder for agent and optimizer calls (nested so cloudpickle ships it to Ray workers by value).
+
+    Agent: the descriptor echoes the observation; the actor walks to the target greedily when its prompt
+    has the tip "Prefer going forward toward the target." (the mutator's edit), else picks a move by a
+    hash of its messages. Optimizer: a fixed diagnosis and that one edit.
+    """
+
+    def responder(messages: list[dict]) -> str:
+        import hashlib
+        import json as _json
+        import re as _re
+
+        system, user = messages[0]["content"], messages[-1]["content"]
+        if '"attributions"' in system:
+            return _json.dumps({"attributions": [], "failure_modes": ["wanders"], "proposals": []})
+        if '"edits"' in system:
+            return _json.dumps({"edits": [{"module": "actor", "op": "add", "segment": "tips",
+                                           "text": "Prefer going forward toward the target.", "rationale": "test"}]})
+        if "\nObservation:\n" in user:
+            return user.split("\nObservation:\n", 1)[1]
+        if "Prefer going forward toward the target." in system:
+            m = _re.search(r"Mission: go to the (\w+ \w+)", user)
+            target = f"a {m.group(1)} " if m else "?"
+            for line in user.split("Description:", 1)[-1].splitlines():
+                if line.strip().startswith(target):
+                    if _re.search(r"\d+ steps? forward", line):
+                        return "<|ACTION|>go forward<|END|>"
+                    return "<|ACTION|>turn right<|END|>" if "right" in line else "<|ACTION|>turn left<|END|>"
+            return "<|ACTION|>turn left<|END|>"
+        moves = ["go forward", "turn left", "go forward", "turn right"]
+        h = hashlib.sha256((system + user).encode()).digest()[0]
+        return f"Step {h}. <|ACTION|>{moves[h % len(moves)]}<|END|>"
+
+    return responder
+
+
+def ray_worker_setup():
+    def setup() -> None:
+        from promptevo.llm import ScriptedLLM
+        from promptevo.evaluation.scaleout import keep_entered
+
+        keep_entered(ScriptedLLM.install(responder))
+
+    responder = scripted_everything()
+    return setup
+
+
+def test_optimize_with_ray_equals_the_local_run(ray_session, tmp_path, monkeypatch):
+    """A whole optimization (evidence, child, validation gate, final test table) with ``ray=True`` plays
+    every episode as a Ray task and gives exactly the local run's candidates, records and usage."""
+    pytest.importorskip("minigrid")
+    import promptevo
+    from promptevo.llm import ScriptedLLM
+    from promptevo.optim.config import OptimizeConfig
+    from promptevo.optim.state import load_checkpoint
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    task = load_task("goto").model_copy(update={"max_steps": 8})
+    ray_calls = []
+    real = scaleout.run_episodes_ray
+
+    def counting(*a, **kw):
+        ray_calls.append(len(a[2]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(scaleout, "run_episodes_ray", counting)
+
+    def go(name: str, ray: bool):
+        # the validation gate needs a paired test at alpha 0.05: with 3 validation seeds the margin rule
+        # (mean validation difference > 0) stands in for the sign test, which cannot reach p < 0.05 on 3 seeds
+        cfg = OptimizeConfig(task="goto", model="fake/scripted", no_cache=True, generations=1, episodes=3,
+                             evidence_episodes=3, validation_episodes=3, test_episodes=3, promote_rule="margin", children=1,
+                             baseline=None, concurrency=2, results_dir=str(tmp_path), run=name, ray=ray)
+        with ScriptedLLM.install(scripted_everything()):
+            return promptevo.optimize(cfg, task=task, quiet=True, worker_setup=ray_worker_setup())
+
+    try:
+        local = go("local", False)
+        assert ray_calls == []
+        remote = go("ray", True)
+    finally:
+        scaleout.reset_process_state()
+    # every episode went through Ray: parent on 3 evidence + 3 acceptance seeds, the child on 3, both on
+    # 3 validation seeds, then random floor, initial and best on 3 test seeds
+    assert sum(ray_calls) == load_checkpoint(remote.run_dir).episodes_run == 6 + 3 + 2 * 3 + 3 * 3
+
+    def view(res):
+        return {c.id: (c.fingerprint, c.status, c.train, c.validation, c.test) for c in res.candidates}
+
+    assert set(view(local)) == {"c0", "c1"}
+    assert view(remote) == view(local)
+    assert local.best_id == remote.best_id == "c1"  # the greedy tip is promoted in both runs
+    assert all(r["steps"] > 0 and r["tokens"] > 0 for c in remote.candidates for r in c.validation.values())
+    assert remote.report["rows"] == local.report["rows"]  # the same final test table
+    # the workers' LLM usage reached the driver's accounting
+    assert load_checkpoint(remote.run_dir).usage["tokens"] == load_checkpoint(local.run_dir).usage["tokens"] > 0

@@ -10,7 +10,7 @@ from promptevo.evaluation.rollout import EpisodeResult
 from promptevo.evaluation.statistics import (
     aggregate_tasks,
     by_seed,
-    paired_diff,
+    paired_test,
     population_se,
     sign_test_p,
     summarize,
@@ -88,15 +88,27 @@ def test_sign_test_exact_values():
     assert sign_test_p(0, 3, "greater") == 1.0
 
 
-def test_paired_diff_on_common_seeds():
+def test_paired_test_on_common_seeds():
     a = {1: 0.0, 2: 1.0, 3: 0.0, 4: 0.0, 9: 1.0}
     b = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 1.0}
-    d = paired_diff(a, b)
-    assert d["seeds"] == [1, 2, 3, 4] and d["n"] == 4
-    assert (d["wins"], d["losses"], d["ties"]) == (2, 0, 2)
-    assert d["mean_diff"] == pytest.approx(0.5)
-    assert d["p_value"] == pytest.approx(0.5) and d["p_greater"] == pytest.approx(0.25)
-    assert paired_diff({}, {})["n"] == 0
+    d = paired_test(b, a, test="sign", alternative="two-sided")
+    assert list(d.seeds) == [1, 2, 3, 4] and d.n == 4
+    assert (d.wins, d.losses, d.ties) == (2, 0, 2)
+    assert d.mean_diff == pytest.approx(0.5)
+    assert d.p_value == pytest.approx(0.5)
+    assert paired_test(b, a, test="sign", alternative="greater").p_value == pytest.approx(0.25)
+    assert paired_test({}, {}).n == 0 and paired_test({}, {}).p_value == 1.0
+
+
+def test_paired_wilcoxon_and_bootstrap():
+    parent = {s: 0.2 for s in range(12)}
+    better = {s: 0.2 + 0.05 * (1 + s % 3) for s in range(12)}
+    for test in ("wilcoxon", "bootstrap"):
+        assert paired_test(better, parent, test=test).p_value < 0.01
+        assert paired_test(parent, better, test=test).p_value > 0.5
+        assert paired_test(parent, parent, test=test).p_value == 1.0
+    with pytest.raises(ValueError):
+        paired_test(better, parent, test="vote")  # type: ignore[arg-type]
 
 
 def test_by_seed_skips_errors():

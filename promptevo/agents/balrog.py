@@ -89,6 +89,9 @@ class HistoryAgent(Agent):
             msgs[-1] = {"role": "user", "content": msgs[-1]["content"] + "\n\n" + self._format}
         return msgs
 
+    def memory_key(self) -> object | None:
+        return (tuple(self._events), self._last_action)
+
     @abstractmethod
     def _parse(self, reply: str) -> tuple[str, bool]: ...
 

@@ -120,6 +120,24 @@ class Agent(ABC):
     @abstractmethod
     def act(self, observation: str, info: dict) -> Decision: ...
 
+    @property
+    def deterministic(self) -> bool:
+        """True when the same input always gives the same reply: temperature 0, or the response cache on
+        (a cached prompt is answered with its first reply at any temperature)."""
+        cfg = getattr(self.gateway, "config", None)
+        if cfg is None:
+            return False
+        return float(getattr(cfg, "temperature", 1.0) or 0.0) == 0.0 or getattr(self.gateway, "cache", None) is not None
+
+    def memory_key(self) -> object | None:
+        """A hashable snapshot of what the agent remembers between steps (None: unknown). With the same
+        memory and the same observation a deterministic agent sends the same messages."""
+        return None
+
+    def state_key(self) -> object | None:
+        """The agent's part of the loop cut-off key: its memory when it is deterministic, else None."""
+        return self.memory_key() if self.deterministic else None
+
     def _complete(self, module: str, messages: list[dict], grammar: str | None) -> tuple["Completion", dict]:
         assert self.gateway is not None, f"agent {self.name} needs a gateway"
         kw: dict[str, Any] = {"role": module if module != "system" else "agent"}

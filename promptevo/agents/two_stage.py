@@ -54,6 +54,9 @@ class TwoStageAgent(Agent):
         )
         self._sys_actor, _ = render_module(self.prompts.module("actor"), mission=mission, env=env, split_format=False)
 
+    def memory_key(self) -> object | None:
+        return tuple(self._recent)
+
     def _recent_text(self) -> str:
         if self.recent_actions <= 0 or not self._recent:
             return "Recent actions: none yet"

@@ -3,32 +3,36 @@
 Methods (:data:`METHODS`):
 
 ``robust-cot``
-    BALROG's reason-then-act baseline prompt, no optimization; held-out evaluation only.
+    BALROG's reason-then-act baseline prompt, no optimization; test evaluation only.
 ``promptevo``
-    :func:`promptevo.evolve.optimize` with at most ``budget_calls`` LLM calls (agent + optimizer), then
-    the best prompts on the held-out seeds.
+    :func:`promptevo.optimize` with at most ``budget_calls`` LLM calls (agent + optimizer), then the best
+    prompts on the test seeds.
 ``gepa``
     GEPA through DSPy (:mod:`promptevo.baselines.gepa`) optimizing the same agent's prompts with the
-    same call budget, then the best prompts on the held-out seeds. Needs ``promptevo[gepa]``.
+    same call budget, then the best prompts on the test seeds. Needs ``promptevo[gepa]``.
+
+Equal budgets: each optimizing method's gateways share one :class:`~promptevo.llm.budget.CallBudget` of
+``budget_calls``; the call that would exceed it is refused inside the gateway, so no method can spend
+more than the others, whatever its loop checks between iterations.
 
 Seeds, shared by every method (all from the task's seed splits):
 
-* training seeds: the first ``train_episodes`` train seeds. promptevo plays every candidate on all of
-  them (paired); GEPA samples its reflection minibatches from them;
-* validation seeds: the next ``val_episodes`` train seeds. promptevo's held-out promotion gate and
-  GEPA's Pareto/validation set (neither method ever sees the final held-out seeds);
-* held-out seeds: the first ``heldout_episodes`` held-out seeds, played once per method at the end.
+* training seeds: the first ``train_episodes`` train seeds (promptevo draws its evidence and acceptance
+  batches from them; GEPA samples its reflection minibatches from them);
+* validation seeds: the first ``val_episodes`` validation seeds: promptevo's promotion gate and GEPA's
+  Pareto/validation set;
+* test seeds: the first ``test_episodes`` test seeds, played once per method at the end.
 
 Every method has its own gateways (same model settings, own usage trackers), so the LLM calls, tokens,
-cost and wall time of its optimization and of its held-out evaluation are reported separately. All
+cost and wall time of its optimization and of its test evaluation are reported separately. All
 gateways share the response cache (``--no-cache`` turns it off), as a user's runs would: a cache hit
 counts as a call (so the call budget means the same for every method) but spends no tokens, cost or
 model time, so a method that replays prompts another method already played looks cheaper. The table
 shows the cache hits; use ``--no-cache`` when tokens, cost and wall time are the point.
 
 Output: one table on the console and ``results/<run>/compare.json`` (written atomically after every
-method), plus per method ``results/<run>/<method>/`` (held-out episodes and summary, and the
-optimizer's own files).
+method), plus per method ``results/<run>/<method>/`` (test episodes and summary, and the optimizer's
+own files).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ class CompareConfig:
     api_base: str | None = None
     optimizer_model: str | None = None  # default: model
     optimizer_api_base: str | None = None
-    heldout_episodes: int = 20
+    test_episodes: int = 20
     train_episodes: int = 6
     val_episodes: int = 6
     max_steps: int | None = None  # cap on episode length (default: the task's/env's)
@@ -84,7 +88,7 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         self.methods = parse_methods(self.methods)
-        for name in ("budget_calls", "heldout_episodes", "train_episodes", "val_episodes", "concurrency"):
+        for name in ("budget_calls", "test_episodes", "train_episodes", "val_episodes", "concurrency"):
             if int(getattr(self, name)) < 1:
                 raise CompareError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if self.max_steps is not None and self.max_steps < 1:
@@ -133,7 +137,7 @@ def check_methods_available(methods: Sequence[str]) -> None:
 class Seeds:
     train: list[int]
     validation: list[int]
-    heldout: list[int]
+    test: list[int]
 
 
 def split_seeds(task: Any, cfg: CompareConfig) -> Seeds:
@@ -141,11 +145,11 @@ def split_seeds(task: Any, cfg: CompareConfig) -> Seeds:
 
     try:
         train = task.seeds("train", cfg.train_episodes)
-        val = task.seeds("train", cfg.val_episodes, offset=cfg.train_episodes)
-        held = task.seeds("heldout", cfg.heldout_episodes)
+        val = task.seeds("validation", cfg.val_episodes)
+        test = task.seeds("test", cfg.test_episodes)
     except TaskError as e:
         raise CompareError(str(e)) from None
-    return Seeds(train=list(train), validation=list(val), heldout=list(held))
+    return Seeds(train=list(train), validation=list(val), test=list(test))
 
 
 # -- usage helpers ---------------------------------------------------------------------------------
@@ -172,7 +176,7 @@ def _usage(*gateways: Any) -> dict:
 
 
 # -- the runner ------------------------------------------------------------------------------------
-GatewayFactory = Callable[[str], Any]  # purpose ("agent" | "optimizer" | "eval") -> Gateway
+GatewayFactory = Callable[..., Any]  # (purpose "agent" | "optimizer" | "eval", budget=CallBudget|None) -> Gateway
 
 
 class Comparison:
@@ -202,8 +206,9 @@ class Comparison:
         self.started = time.time()
 
     # gateways: every call builds a fresh gateway with its own usage tracker
-    def _default_gateway(self, purpose: str) -> Any:
-        from promptevo.llm.gateway import Gateway, LLMConfig
+    def _default_gateway(self, purpose: str, budget: Any = None) -> Any:
+        from promptevo.llm.gateway import Gateway
+        from promptevo.llm.types import LLMConfig
 
         c = self.cfg
         cache = {"cache_dir": None} if c.no_cache else {}
@@ -211,9 +216,17 @@ class Comparison:
             model = c.optimizer_model or c.model
             base = c.optimizer_api_base or (c.api_base if model == c.model else None)
             return Gateway(LLMConfig(model=model, api_base=base, temperature=c.optimizer_temperature,
-                                     max_tokens=c.optimizer_max_tokens, seed=c.seed, **cache))
+                                     max_tokens=c.optimizer_max_tokens, seed=c.seed, **cache), budget=budget)
         return Gateway(LLMConfig(model=c.model, api_base=c.api_base, temperature=c.temperature,
-                                 max_tokens=c.max_tokens, concurrency=c.concurrency, seed=c.seed, **cache))
+                                 max_tokens=c.max_tokens, concurrency=c.concurrency, seed=c.seed, **cache),
+                       budget=budget)
+
+    def budgeted_gateways(self) -> tuple[Any, Any, Any]:
+        """(agent gateway, optimizer gateway, their shared CallBudget of ``budget_calls``)."""
+        from promptevo.llm.budget import CallBudget
+
+        budget = CallBudget(self.cfg.budget_calls)
+        return self.gateway_factory("agent", budget=budget), self.gateway_factory("optimizer", budget=budget), budget
 
     def log(self, msg: str) -> None:
         if self.console is not None and not self.quiet:
@@ -225,18 +238,20 @@ class Comparison:
 
         return default_prompts(self.cfg.agent, self.task, self.cfg.init)
 
-    def heldout_eval(self, method: str, agent: str, prompts: PromptSet) -> dict:
+    def test_eval(self, method: str, agent: str, prompts: PromptSet) -> dict:
         from promptevo.agents.registry import agent_factory
-        from promptevo.evaluation.rollout import RunWriter, evaluate, make_env
+        from promptevo.evaluation.rollout import evaluate
+        from promptevo.evaluation.store import RunWriter
+        from promptevo.tasks import make_env
 
         gw = self.gateway_factory("eval")
-        out_dir = self.run_dir / method / "heldout"
+        out_dir = self.run_dir / method / "test"
         if (out_dir / "episodes.jsonl").exists():
             (out_dir / "episodes.jsonl").unlink()  # a re-run of the same run name starts clean
         writer = RunWriter(out_dir)
         factory = agent_factory(agent, gw, prompts)
         t0 = time.perf_counter()
-        results, summary = evaluate(self.task, factory, self.seeds.heldout, concurrency=self.cfg.concurrency,
+        results, summary = evaluate(self.task, factory, self.seeds.test, concurrency=self.cfg.concurrency,
                                     writer=writer, env_factory=self.env_factory or make_env, gateway=gw)
         wall = time.perf_counter() - t0
         return {"summary": summary, "seeds": [int(r.seed) for r in results],
@@ -267,7 +282,7 @@ class Comparison:
         }
 
     def write(self) -> Path:
-        from promptevo.evaluation.rollout import write_json_atomic
+        from promptevo.fileio import write_json_atomic
 
         return write_json_atomic(self.run_dir / "compare.json", self.to_dict())
 
@@ -275,32 +290,36 @@ class Comparison:
     def run_robust_cot(self) -> dict:
         from promptevo.agents.registry import default_prompts
 
-        self.log("[bold]robust-cot[/]: held-out evaluation of the baseline prompt")
+        self.log("[bold]robust-cot[/]: test evaluation of the baseline prompt")
         ps = default_prompts("robust-cot", self.task, "plain")
-        ev = self.heldout_eval("robust-cot", "robust-cot", ps)
-        return {"method": "robust-cot", "agent": "robust-cot", "heldout": ev,
+        ev = self.test_eval("robust-cot", "robust-cot", ps)
+        return {"method": "robust-cot", "agent": "robust-cot", "test": ev,
                 "optimization": {"calls": 0, "tokens": 0, "cost": 0.0, "wall_s": 0.0, "by_role": {},
                                  "stop_reason": "no optimization"},
                 "prompts": ps.to_dict(), "prompts_fingerprint": ps.fingerprint()}
 
     def run_promptevo(self) -> dict:
-        from promptevo.optim.engine import EvolveConfig, EvolveError, optimize
+        from promptevo.api import optimize
+        from promptevo.optim.config import ConfigError, OptimizeConfig
+        from promptevo.optim.state import RunError
 
         c = self.cfg
         self.log(f"[bold]promptevo[/]: optimizing {c.agent} prompts, budget {c.budget_calls} LLM calls")
-        agw, ogw = self.gateway_factory("agent"), self.gateway_factory("optimizer")
-        # promptevo sees the training seeds as its train split and the validation seeds as its held-out
-        # split (its promotion gate); the compare's held-out seeds stay unseen.
+        agw, ogw, budget = self.budgeted_gateways()
+        # promptevo sees the comparison's training and validation seeds as its own splits; the comparison
+        # plays the test seeds itself, once, for every method
         opt_task = self.task.model_copy(update={"train_seeds": list(self.seeds.train),
-                                                "heldout_seeds": list(self.seeds.validation)})
+                                                "validation_seeds": list(self.seeds.validation)})
         run_dir = self.run_dir / "promptevo"
-        ecfg = EvolveConfig(
+        per_gen = max(1, len(self.seeds.train) // 2)
+        ecfg = OptimizeConfig(
             task=self.task.name, agent=c.agent, init=c.init, model=c.model, api_base=c.api_base,
             optimizer_model=c.optimizer_model, optimizer_api_base=c.optimizer_api_base, no_cache=c.no_cache,
-            generations=c.generations, episodes=len(self.seeds.train), heldout_episodes=len(self.seeds.validation),
-            children=c.children, metric=c.metric, fresh_train_seeds=False, budget_llm_calls=c.budget_calls,
-            concurrency=c.concurrency, seed=c.seed, baseline=None, optimizer_temperature=c.optimizer_temperature,
-            optimizer_max_tokens=c.optimizer_max_tokens, results_dir=str(self.run_dir), run=str(run_dir),
+            generations=c.generations, episodes=per_gen, evidence_episodes=max(1, len(self.seeds.train) - per_gen),
+            validation_episodes=len(self.seeds.validation), children=c.children, fitness=c.metric,
+            budget_llm_calls=c.budget_calls, concurrency=c.concurrency, seed=c.seed, baseline=None,
+            optimizer_temperature=c.optimizer_temperature, optimizer_max_tokens=c.optimizer_max_tokens,
+            final_test=False, results_dir=str(self.run_dir), run=str(run_dir),
         )
         kw: dict[str, Any] = {}
         if self.env_factory is not None:
@@ -308,7 +327,8 @@ class Comparison:
 
             env_factory = self.env_factory
 
-            def runner(task: Any, factory: Any, seeds: Any, *, concurrency: int = 4, on_result: Any = None) -> Any:
+            def runner(task: Any, factory: Any, seeds: Any, *, concurrency: int = 4, on_result: Any = None,
+                       **_: Any) -> Any:
                 return run_episodes(task, factory, list(seeds), concurrency=concurrency, on_result=on_result,
                                     env_factory=env_factory)
 
@@ -316,16 +336,16 @@ class Comparison:
         t0 = time.perf_counter()
         try:
             res = optimize(ecfg, agent_gateway=agw, optimizer_gateway=ogw, task=opt_task,
-                           initial_prompts=self.initial_prompts(), console=self.console, quiet=True, **kw)
-        except EvolveError as e:
+                           initial_prompts=self.initial_prompts(), quiet=True, **kw)
+        except (RunError, ConfigError) as e:
             raise CompareError(f"promptevo: {e}") from None
         wall = time.perf_counter() - t0
         opt = {**_usage(agw, ogw), "wall_s": round(wall, 3), "stop_reason": res.stop_reason,
-               "budget_calls": c.budget_calls, "run_dir": str(res.run_dir), "best_id": res.best_id,
-               "candidates": len(res.candidates)}
+               "budget_calls": c.budget_calls, "budget_used": budget.used, "run_dir": str(res.run_dir),
+               "best_id": res.best_id, "candidates": len(res.candidates)}
         self.log(f"  stopped: {res.stop_reason}; best {res.best_id}")
-        ev = self.heldout_eval("promptevo", c.agent, res.best_prompts)
-        return {"method": "promptevo", "agent": c.agent, "heldout": ev, "optimization": opt,
+        ev = self.test_eval("promptevo", c.agent, res.best_prompts)
+        return {"method": "promptevo", "agent": c.agent, "test": ev, "optimization": opt,
                 "prompts": res.best_prompts.to_dict(), "prompts_fingerprint": res.best_prompts.fingerprint()}
 
     def run_gepa(self) -> dict:
@@ -333,7 +353,7 @@ class Comparison:
 
         c = self.cfg
         self.log(f"[bold]gepa[/]: optimizing {c.agent} prompts with dspy.GEPA, budget {c.budget_calls} LLM calls")
-        agw, rgw = self.gateway_factory("agent"), self.gateway_factory("optimizer")
+        agw, rgw, budget = self.budgeted_gateways()
         gcfg = GepaConfig(budget_calls=c.budget_calls, metric=c.metric, concurrency=c.concurrency,  # type: ignore[arg-type]
                           seed=c.seed, log_dir=str(self.run_dir / "gepa" / "gepa-state"))
         try:
@@ -345,11 +365,11 @@ class Comparison:
         best_path = self.run_dir / "gepa" / "best.md"
         res.best_prompts.save(best_path)
         opt = {**_usage(agw, rgw), "wall_s": round(res.wall_s, 3), "stop_reason": res.stop_reason,
-               "budget_calls": c.budget_calls, "episodes": res.episodes, "max_metric_calls": res.max_metric_calls,
+               "budget_calls": c.budget_calls, "budget_used": budget.used, "episodes": res.episodes, "max_metric_calls": res.max_metric_calls,
                "candidates": len(res.candidates), "best_index": res.best_index, "candidate_scores": res.candidates}
         self.log(f"  stopped: {res.stop_reason}; {len(res.candidates)} candidates")
-        ev = self.heldout_eval("gepa", c.agent, res.best_prompts)
-        return {"method": "gepa", "agent": c.agent, "heldout": ev, "optimization": opt,
+        ev = self.test_eval("gepa", c.agent, res.best_prompts)
+        return {"method": "gepa", "agent": c.agent, "test": ev, "optimization": opt,
                 "prompts": res.best_prompts.to_dict(), "prompts_fingerprint": res.best_prompts.fingerprint(),
                 "best_prompts_file": str(best_path)}
 
@@ -379,14 +399,14 @@ def _pct(x: float) -> str:
 def table_rows(data: dict) -> list[dict]:
     rows = []
     for name, m in data["methods"].items():
-        s = m["heldout"]["summary"]
+        s = m["test"]["summary"]
         o = m["optimization"]
         lo, hi = s["success_ci95"]
         rows.append({"method": name, "n": s["n"], "success": s["success_rate"], "ci95": [lo, hi],
                      "progression": s["progression_pct"], "calls": int(o.get("calls", 0)),
                      "cache_hits": int(o.get("cache_hits", 0)),
                      "tokens": int(o.get("tokens", 0)), "cost": float(o.get("cost", 0.0)),
-                     "wall_s": float(o.get("wall_s", 0.0)), "eval_wall_s": float(m["heldout"].get("wall_s", 0.0))})
+                     "wall_s": float(o.get("wall_s", 0.0)), "eval_wall_s": float(m["test"].get("wall_s", 0.0))})
     return rows
 
 
@@ -394,9 +414,9 @@ def results_table(data: dict) -> Any:
     from rich.table import Table
 
     t = Table(title=f"compare {data['task']} | agent {data['agent']} | model {data['model']} | "
-                    f"budget {data['budget_calls']} LLM calls | {len(data['seeds']['heldout'])} held-out seeds",
+                    f"budget {data['budget_calls']} LLM calls | {len(data['seeds']['test'])} test seeds (played once)",
               title_justify="left")
-    for col in ("method", "held-out success (95% CI)", "n", "opt. LLM calls", "opt. tokens", "opt. cost $",
+    for col in ("method", "test success (95% CI)", "n", "opt. LLM calls", "opt. tokens", "opt. cost $",
                 "opt. wall", "eval wall"):
         t.add_column(col, justify="left" if col == "method" else "right")
     for r in table_rows(data):
@@ -415,8 +435,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="promptevo compare",
-                description="Run methods with the same model, LLM-call budget, training and held-out seeds, and "
-                "print one table (held-out success with 95%% Wilson interval, optimization calls, tokens, cost, "
+                description="Run methods with the same model, LLM-call budget (enforced in the gateways), training, "
+                "validation and test seeds, and print one table (test success with 95%% Wilson interval, optimization calls, tokens, cost, "
                 "wall time). Writes results/<run>/compare.json.")
     a = p.add_argument
     a("--task", "-t", required=True, help="task name (see `promptevo tasks`)")
@@ -428,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--api-base", default=None, help="server URL for the agent model")
     a("--optimizer-model", default=None, help="LLM for promptevo's analyser/mutator and GEPA's reflection")
     a("--optimizer-api-base", default=None, help="server URL for the optimizer model")
-    a("--heldout-episodes", type=int, default=20, help="held-out seeds for the final table (default 20)")
+    a("--test-episodes", type=int, default=20, help="test seeds for the final table (default 20)")
     a("--train-episodes", type=int, default=6, help="training seeds shared by the optimizers (default 6)")
     a("--val-episodes", type=int, default=6, help="validation seeds (promotion gate / GEPA valset; default 6)")
     a("--max-steps", type=int, default=None, help="cap on episode length (default: the task's)")
@@ -451,7 +471,7 @@ def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool]:
     cfg = CompareConfig(
         task=ns.task, methods=parse_methods(ns.methods), budget_calls=ns.budget_calls, agent=ns.agent,
         init=ns.init, model=ns.model or LLMConfig().model, api_base=ns.api_base, optimizer_model=ns.optimizer_model,
-        optimizer_api_base=ns.optimizer_api_base, heldout_episodes=ns.heldout_episodes,
+        optimizer_api_base=ns.optimizer_api_base, test_episodes=ns.test_episodes,
         train_episodes=ns.train_episodes, val_episodes=ns.val_episodes, max_steps=ns.max_steps, metric=ns.metric,
         generations=ns.generations, concurrency=ns.concurrency, seed=ns.seed, no_cache=ns.no_cache,
         results_dir=ns.results_dir, run=ns.run,
@@ -460,18 +480,9 @@ def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool]:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from promptevo.agents.base import AgentError
-    from promptevo.segments import PromptFormatError
-    from promptevo.tasks import TaskError
+    from promptevo.cli.errors import user_error_types
 
-    types: list[type[BaseException]] = [CompareError, AgentError, PromptFormatError, TaskError]
-    try:
-        from promptevo.llm.gateway import LLMConfigError
-
-        types.append(LLMConfigError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(types)
+    return (CompareError, *user_error_types())
 
 
 def cli_main(args: Sequence[str]) -> int:

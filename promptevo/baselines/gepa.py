@@ -22,10 +22,12 @@ and ``gepa-actor``), and DSPy's LM calls (GEPA's reflection, plus anything else 
 default LM) go through :class:`GatewayLM`, a ``dspy.BaseLM`` whose calls are ``gateway.complete`` with
 role ``gepa-reflection`` (or ``gepa-agent``).
 
-Budget: the binding limit is the number of LLM calls (``budget_calls``, counted on the gateways,
-reflection included), checked by a GEPA stop callback between GEPA iterations (like promptevo's own
-budget, it can be overshot by the iteration in flight). GEPA's own ``max_metric_calls`` (episodes) is
-derived from it as an upper bound: every episode costs at least one call per step.
+Budget: the binding limit is the number of LLM calls (``budget_calls``, reflection included). It is
+enforced in the gateways GEPA's calls pass through (a shared :class:`~promptevo.llm.budget.CallBudget`
+refuses the call that would exceed it), so GEPA cannot overshoot; a GEPA stop callback ends the run at
+the next iteration. A refused agent call ends its episode as an error (scored 0, no call made); a refused
+reflection call returns an empty reply. GEPA's own ``max_metric_calls`` (episodes) is derived from the
+budget as an upper bound: every episode costs at least one call per step.
 
 DSPy is optional (``pip install 'promptevo[gepa]'``); this module imports without it and
 :func:`require_dspy` raises :class:`GepaUnavailable` with one line saying what to install.
@@ -41,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
+from promptevo.llm.errors import LLMBudgetError
+from promptevo.llm.types import Completion
 from promptevo.segments import Prompt, PromptSet, Segment
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -281,6 +285,10 @@ _LM_CLASS: type | None = None
 _LM_LOCK = threading.Lock()
 
 
+_EMPTY_COMPLETION = Completion(text="", prompt_tokens=0, completion_tokens=0, cost=0.0, latency_s=0.0, cached=False,
+                               model="", finish_reason="budget")
+
+
 def gateway_lm_class() -> type:
     """``GatewayLM``: a ``dspy.BaseLM`` whose calls are ``gateway.complete(messages, role=role)``.
 
@@ -323,18 +331,26 @@ def gateway_lm_class() -> type:
                     kw["stop"] = kwargs["stop"]
                 return kw
 
+            def _complete(self, prompt: str | None, messages: list[dict] | None, kwargs: dict) -> Any:
+                try:
+                    return self.gateway.complete(_plain_messages(prompt, messages), **self._call_kw(kwargs))
+                except LLMBudgetError:  # the budget is spent: no call is made; GEPA stops at its next check
+                    return _EMPTY_COMPLETION
+
             def __call__(self, prompt: str | None = None, *, messages: list[dict] | None = None,
                          **kwargs: Any) -> list[str]:
-                c = self.gateway.complete(_plain_messages(prompt, messages), **self._call_kw(kwargs))
-                return [c.text]
+                return [self._complete(prompt, messages, kwargs).text]
 
             async def acall(self, prompt: str | None = None, *, messages: list[dict] | None = None,
                             **kwargs: Any) -> list[str]:
-                c = await self.gateway.acomplete(_plain_messages(prompt, messages), **self._call_kw(kwargs))
+                try:
+                    c = await self.gateway.acomplete(_plain_messages(prompt, messages), **self._call_kw(kwargs))
+                except LLMBudgetError:
+                    c = _EMPTY_COMPLETION
                 return [c.text]
 
             def forward(self, prompt: str | None = None, messages: list[dict] | None = None, **kwargs: Any) -> Any:
-                c = self.gateway.complete(_plain_messages(prompt, messages), **self._call_kw(kwargs))
+                c = self._complete(prompt, messages, kwargs)
                 msg = SimpleNamespace(content=c.text, role="assistant", tool_calls=None)
                 usage = {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
                          "total_tokens": c.prompt_tokens + c.completion_tokens}
@@ -438,7 +454,7 @@ def run_gepa(
     """Optimize ``initial_prompts`` of ``agent_name`` on ``task`` with ``dspy.GEPA``.
 
     GEPA reflects on minibatches of ``train_seeds`` and tracks its Pareto front on ``val_seeds``.
-    Returns the best candidate as a PromptSet (evaluate it on held-out seeds like any other).
+    Returns the best candidate as a PromptSet (evaluate it on test seeds like any other).
     """
     dspy = require_dspy()
     from promptevo.agents.registry import make_agent

@@ -1,5 +1,5 @@
 """Command line interface: ``promptevo eval | tasks | models | optimize | curriculum | compare | export | report``."""
 
-from promptevo.cli.main import app, main
+from promptevo.cli.app import app, main
 
 __all__ = ["app", "main"]

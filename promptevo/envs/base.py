@@ -132,6 +132,18 @@ class TextEnv(ABC):
     def instructions(self) -> str:
         """Environment description for the LLM: goal format, rules and the list of actions."""
 
+    def progress(self) -> float | None:
+        """A dense estimate in [0, 1] of how far the episode got towards success (1.0 = done), or None
+        when the env has none (the optimizer then uses success instead). BabyAI computes it from the
+        BabyAI bot's remaining plan; it is read once, at the end of an episode."""
+        return None
+
+    def state_key(self) -> object | None:
+        """A hashable snapshot of the env's full state (None when the env cannot give one). Two steps
+        with equal keys and equal agent inputs repeat exactly, so a deterministic agent is in a loop
+        it can never leave; the rollout stops such an episode (loop cut-off)."""
+        return None
+
     def action_space(self) -> ActionSpace:
         """How replies map to actions (default: exactly one of ``valid_actions``)."""
         return ActionSpace(self.valid_actions)

@@ -24,37 +24,26 @@ itself saw the full text. Per-episode fault counts are in ``faults`` (``empty_re
 ``call_errors``, ``clipped_texts``, ``length_truncated``); :func:`fault_summary` adds them up with the
 gateway's retries/errors by kind for ``summary.json``.
 
-Results files (:class:`RunWriter`): ``episodes.jsonl`` (one EpisodeResult per line, appended and
-fsynced as each episode finishes) and ``summary.json`` / ``config.json`` (written atomically).
+Results files: :class:`~promptevo.evaluation.store.RunWriter` (the episode store of an eval run, plus
+``summary.json`` / ``config.json`` written atomically).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
+from promptevo.evaluation.episode import EpisodeResult
+from promptevo.llm.errors import LLMConfigError, LLMContextError, LLMError
 from promptevo.tasks import TaskConfig, make_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from promptevo.agents.base import Agent
     from promptevo.envs.base import TextEnv
-
-try:
-    from promptevo.llm.gateway import LLMConfigError, LLMError
-except ImportError:  # pragma: no cover - the gateway module is written in parallel
-
-    class LLMError(Exception):  # type: ignore[no-redef]
-        pass
-
-    class LLMConfigError(LLMError):  # type: ignore[no-redef]
-        pass
 
 
 KeepMessages = Literal["first", "all", "none"]
@@ -62,47 +51,6 @@ KeepMessages = Literal["first", "all", "none"]
 #: Longest reply / description / message content stored in a trajectory (characters).
 MAX_STORED_TEXT_CHARS = 4000
 CLIP_MARKER = "...[clipped]"
-
-
-@dataclass
-class EpisodeResult:
-    task: str
-    seed: int
-    mission: str
-    success: bool
-    progression: float
-    return_: float
-    steps: int
-    invalid_actions: int
-    prompt_tokens: int
-    completion_tokens: int
-    cost: float
-    llm_calls: int
-    wall_s: float
-    env_stats: dict = field(default_factory=dict)
-    trajectory: list[dict] = field(default_factory=list)
-    error: str | None = None
-    parse_failures: int = 0
-    cached_calls: int = 0
-    agent: str = ""
-    truncated: bool = False
-    faults: dict = field(default_factory=dict)  # empty_replies, call_errors, clipped_texts, length_truncated
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["return"] = d.pop("return_")
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EpisodeResult":
-        d = dict(d)
-        if "return" in d:
-            d["return_"] = d.pop("return")
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def without_trajectory(self) -> "EpisodeResult":
-        return EpisodeResult.from_dict({**self.to_dict(), "trajectory": []})
 
 
 def _messages_sha(messages: list[dict]) -> str:
@@ -161,6 +109,55 @@ class EpisodeInterrupted(Exception):
     """The episode was stopped by a :class:`StopFlag`."""
 
 
+def _step_record(t: int, obs: str, decision: Any, step: Any, keep: bool, keep_messages: str,
+                 faults: dict) -> tuple[dict, int, int]:
+    """The trajectory record of one played step, with its prompt and completion tokens."""
+    s_ptok = sum(int(c.get("prompt_tokens") or 0) for c in decision.calls)
+    s_ctok = sum(int(c.get("completion_tokens") or 0) for c in decision.calls)
+    for c in decision.calls:
+        err = str(c.get("error") or "")
+        faults["call_errors"] += bool(err)
+        faults["empty_replies"] += err.startswith("LLMReplyError")
+        faults["length_truncated"] += bool(c.get("truncated"))
+    clipped = [0]
+    reply, reply_n = clip_text(decision.reply)
+    description, desc_n = clip_text(decision.description)
+    record = {
+        "t": t,
+        "observation": obs,
+        "action": decision.action,
+        "executed_action": step.info.get("executed_action", decision.action),
+        "reply": reply,
+        "parsed": decision.parsed,
+        "valid": bool(step.info.get("valid_action", True)),
+        "reward": step.reward,
+        "done": step.done,
+        "description": description,
+        "prompt_tokens": s_ptok,
+        "completion_tokens": s_ctok,
+        "latency_s": round(sum(float(c.get("latency_s") or 0.0) for c in decision.calls), 4),
+        "calls": [_compact_call(c, keep and keep_messages != "none", clipped) for c in decision.calls],
+    }
+    if reply_n is not None:
+        record["reply_chars"] = reply_n
+    if desc_n is not None:
+        record["description_chars"] = desc_n
+    faults["clipped_texts"] += clipped[0] + (reply_n is not None) + (desc_n is not None)
+    return record, s_ptok, s_ctok
+
+
+def _loop_key(env: "TextEnv", agent: "Agent", obs: str) -> tuple | None:
+    """The loop cut-off key of the state before a step, or None when the env or the agent cannot tell."""
+    try:
+        ek = env.state_key()
+        ak = agent.state_key() if hasattr(agent, "state_key") else None
+    except Exception:  # noqa: BLE001 - a key that cannot be computed just disables the cut-off
+        return None
+    if ek is None or ak is None:
+        return None
+    return (ek, ak, obs)
+
+
 def run_episode(
     task: TaskConfig,
     agent_factory: Callable[[], "Agent"],
@@ -169,6 +166,7 @@ def run_episode(
     env_factory: Callable[[TaskConfig], "TextEnv"] = make_env,
     keep_messages: KeepMessages = "first",
     stop: StopFlag | None = None,
+    loop_cutoff: bool = True,
 ) -> EpisodeResult:
     """Play one episode of ``task`` with a fresh agent on ``seed``."""
     t0 = time.perf_counter()
@@ -185,65 +183,71 @@ def run_episode(
     ptok = ctok = calls_n = cached = 0
     cost = 0.0
     error: str | None = None
+    failure: str | None = None
     success_flag: bool | None = None
     done = False
+    loop_cut: dict | None = None
+    seen: dict[tuple, int] = {}
     faults = {"empty_replies": 0, "call_errors": 0, "clipped_texts": 0, "length_truncated": 0}
     try:
-        for t in range(limit):
+        t = 0
+        while t < limit:
             if stop is not None and stop.is_set():
                 error = "interrupted"
                 break
+            key = _loop_key(env, agent, obs) if loop_cutoff else None
+            if key is not None:
+                first = seen.get(key)
+                if first is not None:  # the same state again: the rest of the episode is this cycle
+                    cycle = traj[first:t]
+                    replayed = 0
+                    while t < limit:
+                        src = cycle[(t - first) % len(cycle)]
+                        step = env.step(src["action"])
+                        valid = bool(step.info.get("valid_action", True))
+                        invalid += not valid
+                        parse_fail += not src["parsed"]
+                        ret += float(step.reward)
+                        traj.append({"t": t, "observation": obs, "action": src["action"],
+                                     "executed_action": step.info.get("executed_action", src["action"]),
+                                     "parsed": src["parsed"], "valid": valid, "reward": step.reward,
+                                     "done": step.done, "replayed": True, "replay_of": src["t"]})
+                        obs, info = step.observation, step.info
+                        replayed += 1
+                        t += 1
+                        if "success" in step.info:
+                            success_flag = bool(step.info["success"])
+                        if step.done:
+                            done = True
+                            break
+                    loop_cut = {"at": len(traj) - replayed, "first": first, "period": len(cycle),
+                                "replayed_steps": replayed}
+                    break
+                seen[key] = t
             try:
                 decision = agent.act(obs, info)
+            except LLMContextError as e:
+                failure = f"context overflow at step {t}: {e}"
+                break
             except LLMConfigError:
                 raise
             except LLMError as e:
                 error = f"{type(e).__name__}: {e}"
                 break
             step = env.step(decision.action)
-            valid = bool(step.info.get("valid_action", True))
-            invalid += not valid
+            keep = keep_messages == "all" or (keep_messages == "first" and t == 0)
+            record, s_ptok, s_ctok = _step_record(t, obs, decision, step, keep, keep_messages, faults)
+            invalid += not record["valid"]
             parse_fail += not decision.parsed
             ret += float(step.reward)
-            s_ptok = sum(int(c.get("prompt_tokens") or 0) for c in decision.calls)
-            s_ctok = sum(int(c.get("completion_tokens") or 0) for c in decision.calls)
             ptok += s_ptok
             ctok += s_ctok
             cost += sum(float(c.get("cost") or 0.0) for c in decision.calls)
             calls_n += len(decision.calls)
             cached += sum(bool(c.get("cached")) for c in decision.calls)
-            keep = keep_messages == "all" or (keep_messages == "first" and t == 0)
-            for c in decision.calls:
-                err = str(c.get("error") or "")
-                faults["call_errors"] += bool(err)
-                faults["empty_replies"] += err.startswith("LLMReplyError")
-                faults["length_truncated"] += bool(c.get("truncated"))
-            clipped = [0]
-            reply, reply_n = clip_text(decision.reply)
-            description, desc_n = clip_text(decision.description)
-            record = {
-                "t": t,
-                "observation": obs,
-                "action": decision.action,
-                "executed_action": step.info.get("executed_action", decision.action),
-                "reply": reply,
-                "parsed": decision.parsed,
-                "valid": valid,
-                "reward": step.reward,
-                "done": step.done,
-                "description": description,
-                "prompt_tokens": s_ptok,
-                "completion_tokens": s_ctok,
-                "latency_s": round(sum(float(c.get("latency_s") or 0.0) for c in decision.calls), 4),
-                "calls": [_compact_call(c, keep and keep_messages != "none", clipped) for c in decision.calls],
-            }
-            if reply_n is not None:
-                record["reply_chars"] = reply_n
-            if desc_n is not None:
-                record["description_chars"] = desc_n
-            faults["clipped_texts"] += clipped[0] + (reply_n is not None) + (desc_n is not None)
             traj.append(record)
             obs, info = step.observation, step.info
+            t += 1
             if "success" in step.info:
                 success_flag = bool(step.info["success"])
             if step.done:
@@ -251,9 +255,18 @@ def run_episode(
                 break
         progression = float(env.progression)
         stats = dict(env.episode_stats())
+        try:
+            progress = env.progress()
+            if hasattr(env, "plan_lengths"):  # BabyAI: the bot's remaining plan at the start and the end
+                start, end = env.plan_lengths()
+                stats["progress_detail"] = {"plan_start": start, "plan_end": end}
+        except Exception:  # noqa: BLE001 - the dense signal is optional; success stands in for it
+            progress = None
     finally:
         env.close()
     success = success_flag if success_flag is not None else progression >= 1.0
+    if progress is not None:
+        progress = 1.0 if success else max(0.0, min(1.0, float(progress)))
     return EpisodeResult(
         task=task.name,
         seed=seed,
@@ -276,6 +289,9 @@ def run_episode(
         agent=getattr(agent, "name", ""),
         truncated=not done and error is None,
         faults=faults,
+        progress=progress,
+        failure=failure,
+        loop_cut=loop_cut,
     )
 
 
@@ -290,6 +306,7 @@ def run_episodes(
     keep_messages: KeepMessages = "first",
     env_factory: Callable[[TaskConfig], "TextEnv"] = make_env,
     stop: StopFlag | None = None,
+    loop_cutoff: bool = True,
 ) -> list[EpisodeResult]:
     """Play one episode per seed on a thread pool; results come back in seed order.
 
@@ -308,7 +325,8 @@ def run_episodes(
     try:
         for i, s in enumerate(seeds):
             fut = pool.submit(
-                run_episode, task, agent_factory, s, env_factory=env_factory, keep_messages=keep_messages, stop=stop
+                run_episode, task, agent_factory, s, env_factory=env_factory, keep_messages=keep_messages, stop=stop,
+                loop_cutoff=loop_cutoff,
             )
             futures[fut] = i
         pending = set(futures)
@@ -329,67 +347,6 @@ def run_episodes(
         raise
     pool.shutdown(wait=True)
     return [results[i] for i in range(len(seeds))]
-
-
-# -- results files ---------------------------------------------------------------------------------
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    # errors="replace": a lone surrogate (e.g. from a server's error body) becomes "?" instead of
-    # aborting the write
-    with open(tmp, "w", encoding="utf-8", errors="replace") as f:
-        json.dump(data, f, indent=2, ensure_ascii=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    return path
-
-
-def append_jsonl(path: str | Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8", errors="replace") as f:  # lone surrogates -> "?"
-        f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_episodes(path: str | Path) -> list[EpisodeResult]:
-    """Read an ``episodes.jsonl`` (a truncated last line from a crash is skipped)."""
-    out: list[EpisodeResult] = []
-    p = Path(path)
-    if not p.exists():
-        return out
-    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(EpisodeResult.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, TypeError):
-            continue
-    return out
-
-
-class RunWriter:
-    """``results/<run>/``: episodes.jsonl (append + fsync), summary.json and config.json (atomic)."""
-
-    def __init__(self, run_dir: str | Path):
-        self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.episodes_path = self.dir / "episodes.jsonl"
-        self._lock = threading.Lock()
-        self.count = 0
-
-    def add(self, result: EpisodeResult) -> None:
-        with self._lock:
-            append_jsonl(self.episodes_path, result.to_dict())
-            self.count += 1
-
-    def write_summary(self, summary: dict) -> Path:
-        return write_json_atomic(self.dir / "summary.json", summary)
-
-    def write_config(self, config: dict) -> Path:
-        return write_json_atomic(self.dir / "config.json", config)
 
 
 def fault_summary(results: Iterable[Any], usage: Any = None) -> dict[str, Any]:
@@ -433,11 +390,12 @@ def evaluate(
     seeds: Iterable[int],
     *,
     concurrency: int = 4,
-    writer: RunWriter | None = None,
+    writer: Any = None,
     progress: Callable[[int, int, EpisodeResult], None] | None = None,
     keep_messages: KeepMessages = "first",
     env_factory: Callable[[TaskConfig], "TextEnv"] = make_env,
     gateway: Any = None,
+    loop_cutoff: bool = True,
 ) -> tuple[list[EpisodeResult], dict[str, Any]]:
     """Play ``seeds`` and summarise: ``(results in seed order, scoring.summarize(results))``.
 
@@ -449,7 +407,7 @@ def evaluate(
 
     results = run_episodes(
         task, agent_factory, seeds, concurrency=concurrency, progress=progress, keep_messages=keep_messages,
-        on_result=writer.add if writer is not None else None, env_factory=env_factory,
+        on_result=writer.add if writer is not None else None, env_factory=env_factory, loop_cutoff=loop_cutoff,
     )
     summary = summarize(results)
     if writer is not None:

@@ -1,34 +1,117 @@
-"""Scoring: pure functions over episode results (EpisodeResult objects or their dicts).
+"""Statistics: pure functions over episode results (EpisodeResult objects or their dicts).
 
-* :func:`wilson_interval` - 95% Wilson score interval for a success rate.
+* :func:`wilson_interval` - the Wilson score interval of a success rate (scipy's ``binomtest``);
 * :func:`summarize` - success rate + Wilson CI, BALROG progression % with its standard error
   (``100 * population std / sqrt(n)``, as BALROG reports it), mean return/steps, invalid-action and
   parse-failure rates, tokens, cost, LLM calls, errors. Episodes that ended on an LLM error are left
-  out of every rate and mean (``n`` counts the completed episodes) and counted in ``errors``.
-* :func:`summarize_by_task` and :func:`aggregate_tasks` - per task, and the BALROG-style overall
-  number (mean of task percentages, SE = sqrt(sum se^2) / n_tasks).
-* :func:`paired_diff` - challenger vs incumbent on the same seeds: mean difference, wins/losses/ties and
-  the exact two-sided sign-test p-value (ties dropped).
+  out of every rate and mean (``n`` counts the completed episodes) and counted in ``errors``;
+* :func:`summarize_by_task` and :func:`aggregate_tasks` - per task, and the BALROG-style overall number;
+* :func:`paired_test` - a challenger against an incumbent on the seeds both played: mean difference,
+  wins/losses/ties and the p-value of the exact sign test, the Wilcoxon signed-rank test or a paired
+  bootstrap, one- or two-sided;
+* :func:`summarize_records` - a table row from the compact per-seed records an optimization keeps.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Literal, Mapping
+
+import numpy as np
+from scipy import stats as _st
+
+PairedTestName = Literal["sign", "wilcoxon", "bootstrap"]
+Alternative = Literal["greater", "two-sided", "less"]
+_EPS = 1e-12
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for ``successes`` out of ``n``; (0, 1) when n == 0."""
+def wilson_interval(successes: int | float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for ``successes`` out of ``n`` (``z`` = 1.96: 95%); (0, 1) when n == 0."""
     if n <= 0:
         return (0.0, 1.0)
     if not 0 <= successes <= n:
         raise ValueError(f"successes must be in [0, n] (got {successes} of {n})")
-    p = successes / n
-    z2 = z * z
-    denom = 1 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    k = int(round(float(successes)))
+    confidence = float(_st.norm.cdf(z) * 2 - 1)
+    ci = _st.binomtest(k, int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return (max(0.0, float(ci.low)), min(1.0, float(ci.high)))
+
+
+def sign_test_p(wins: int, losses: int, alternative: Alternative = "two-sided") -> float:
+    """Exact binomial sign-test p-value for ``wins`` vs ``losses`` (ties already dropped).
+
+    ``alternative``: "two-sided", "greater" (wins more likely than losses) or "less".
+    """
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less' (got {alternative!r})")
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return float(_st.binomtest(int(wins), int(n), 0.5, alternative=alternative).pvalue)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A challenger against an incumbent on common seeds (differences are challenger - incumbent)."""
+
+    test: str
+    alternative: str
+    n: int
+    mean_diff: float
+    wins: int
+    losses: int
+    ties: int
+    p_value: float
+    seeds: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["seeds"] = list(self.seeds)
+        return d
+
+
+def paired_test(challenger: Mapping[int, float], incumbent: Mapping[int, float], *,
+                test: PairedTestName = "sign", alternative: Alternative = "greater",
+                n_boot: int = 4000, rng_seed: int = 0) -> PairedTest:
+    """Paired comparison on the seeds both were played on.
+
+    * ``sign``: exact binomial test on wins vs losses (ties dropped); for 0/1 outcomes this is the exact
+      McNemar test;
+    * ``wilcoxon``: Wilcoxon signed-rank test on the non-zero differences (exact for small n);
+    * ``bootstrap``: the share of ``n_boot`` resampled mean differences on the wrong side of 0 (one-sided;
+      twice the smaller share for two-sided). Approximate: with few seeds it is anti-conservative (3 wins
+      and 5 ties of 8 give p ~ 0.02 where the exact sign test gives 0.125); prefer sign or wilcoxon there.
+
+    No common seed, or no non-zero difference, gives p = 1.
+    """
+    common = sorted(set(challenger) & set(incumbent))
+    diffs = np.array([float(challenger[s]) - float(incumbent[s]) for s in common], dtype=float)
+    n = len(diffs)
+    wins = int((diffs > _EPS).sum())
+    losses = int((diffs < -_EPS).sum())
+    mean = float(diffs.mean()) if n else 0.0
+    nonzero = diffs[np.abs(diffs) > _EPS]
+    if test == "sign":
+        p = sign_test_p(wins, losses, alternative)
+    elif test == "wilcoxon":
+        if len(nonzero) == 0:
+            p = 1.0
+        else:
+            p = float(_st.wilcoxon(nonzero, alternative=alternative, zero_method="wilcox").pvalue)
+    elif test == "bootstrap":
+        if len(nonzero) == 0:
+            p = 1.0
+        else:
+            rng = np.random.default_rng(rng_seed)
+            means = diffs[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+            below = float((means <= 0).mean())
+            above = float((means >= 0).mean())
+            p = {"greater": below, "less": above, "two-sided": min(1.0, 2 * min(below, above))}[alternative]
+    else:
+        raise ValueError(f"unknown paired test {test!r} (use sign, wilcoxon or bootstrap)")
+    return PairedTest(test=test, alternative=alternative, n=n, mean_diff=mean, wins=wins, losses=losses,
+                      ties=n - wins - losses, p_value=min(1.0, max(0.0, p)), seeds=tuple(int(s) for s in common))
 
 
 def population_se(values: list[float]) -> float:
@@ -132,49 +215,30 @@ def aggregate_tasks(per_task: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
     return {"tasks": k, "progression_pct": pct, "progression_se": se}
 
 
-def sign_test_p(wins: int, losses: int, alternative: str = "two-sided") -> float:
-    """Exact binomial sign-test p-value for ``wins`` vs ``losses`` (ties already dropped).
-
-    ``alternative``: "two-sided", or "greater" (wins more likely than losses).
-    """
-    n = wins + losses
-    if n == 0:
-        return 1.0
-
-    def tail_ge(k: int) -> float:  # P(X >= k), X ~ Bin(n, 1/2)
-        return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
-
-    if alternative == "greater":
-        return tail_ge(wins)
-    if alternative != "two-sided":
-        raise ValueError(f"alternative must be 'two-sided' or 'greater' (got {alternative!r})")
-    k = max(wins, losses)
-    return min(1.0, 2 * tail_ge(k))
-
-
-def paired_diff(a_by_seed: Mapping[int, float], b_by_seed: Mapping[int, float]) -> dict[str, Any]:
-    """Compare ``b`` (challenger) against ``a`` (incumbent) on the seeds both have.
-
-    Returns n, mean_diff (mean of b - a), wins (b > a), losses, ties, p_value (two-sided exact sign
-    test) and p_greater (one-sided: b better).
-    """
-    common = sorted(set(a_by_seed) & set(b_by_seed))
-    diffs = [float(b_by_seed[s]) - float(a_by_seed[s]) for s in common]
-    wins = sum(d > 0 for d in diffs)
-    losses = sum(d < 0 for d in diffs)
-    return {
-        "n": len(diffs),
-        "seeds": common,
-        "mean_diff": sum(diffs) / len(diffs) if diffs else 0.0,
-        "wins": wins,
-        "losses": losses,
-        "ties": len(diffs) - wins - losses,
-        "p_value": sign_test_p(wins, losses),
-        "p_greater": sign_test_p(wins, losses, "greater"),
-    }
-
-
 def by_seed(results: Iterable[Any], metric: str = "success") -> dict[int, float]:
     """``{seed: metric}`` for completed episodes (metric: success, progression, return)."""
     key = "return_" if metric == "return" else metric
     return {int(_get(r, "seed")): float(_get(r, key, 0.0)) for r in results if not _get(r, "error")}
+
+
+def summarize_records(records: Mapping[Any, Mapping[str, Any]]) -> dict[str, Any]:
+    """Table row from compact per-seed records ``{seed: {"success", "return", "progression", "progress",
+    "tokens", "cost"}}``: n, successes, success rate with its 95% Wilson interval, means and totals."""
+    n = len(records)
+    succ = sum(1 for v in records.values() if v.get("success"))
+    lo, hi = wilson_interval(succ, n)
+
+    def mean(k: str) -> float:
+        return (sum(float(v.get(k) or 0.0) for v in records.values()) / n) if n else 0.0
+
+    return {
+        "n": n,
+        "successes": succ,
+        "success_rate": succ / n if n else 0.0,
+        "ci95": [lo, hi],
+        "mean_return": mean("return"),
+        "mean_progression": mean("progression"),
+        "mean_progress": mean("progress"),
+        "tokens": int(sum(int(v.get("tokens") or 0) for v in records.values())),
+        "cost": float(sum(float(v.get("cost") or 0.0) for v in records.values())),
+    }

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from promptevo.llm.budget import CallBudget
 from promptevo.llm.cache import ResponseCache, cache_key
-from promptevo.llm.errors import LLMConfigError, LLMContextError, LLMError, LLMReplyError
+from promptevo.llm.errors import LLMBudgetError, LLMConfigError, LLMContextError, LLMError, LLMReplyError
 from promptevo.llm.gateway import Gateway, fault_kind
 from promptevo.llm.secrets import redact, redact_url
 from promptevo.llm.types import Completion, LLMConfig
 from promptevo.llm.usage import UsageTracker
 
 __all__ = [
-    "Completion", "Gateway", "LLMConfig", "LLMConfigError", "LLMContextError", "LLMError", "LLMReplyError",
+    "CallBudget", "Completion", "Gateway", "LLMBudgetError", "LLMConfig", "LLMConfigError", "LLMContextError", "LLMError", "LLMReplyError",
     "ResponseCache", "ScriptedLLM", "ScriptedReply", "UsageTracker", "cache_key", "fault_kind", "redact",
     "redact_url",
 ]

@@ -31,3 +31,7 @@ class LLMContextError(LLMConfigError):
 
 class LLMReplyError(LLMError):
     """The model kept returning an empty (or whitespace-only) reply after all retries."""
+
+
+class LLMBudgetError(LLMError):
+    """The gateway's call budget (``LLMConfig.max_calls``) is spent: no further call is made."""

@@ -29,10 +29,12 @@ import weakref
 from typing import Any
 from urllib.parse import urlparse
 
+from promptevo.llm.budget import CallBudget
 from promptevo.llm.cache import ResponseCache, cache_key
-from promptevo.llm.errors import LLMConfigError, LLMContextError, LLMError, LLMReplyError, one_line
+from promptevo.llm.errors import LLMBudgetError, LLMConfigError, LLMContextError, LLMError, LLMReplyError, one_line
 from promptevo.llm.providers import custom_llm_setup_all, litellm_module
 from promptevo.llm.secrets import redact, redact_url, url_secrets
+from promptevo.llm.tokens import count_tokens
 from promptevo.llm.types import EXAMPLE_MODELS, Completion, LLMConfig
 from promptevo.llm.usage import UsageTracker
 
@@ -153,7 +155,8 @@ class Gateway:
     same size bounds ``acomplete`` per event loop).
     """
 
-    def __init__(self, config: LLMConfig | None = None, *, usage: UsageTracker | None = None):
+    def __init__(self, config: LLMConfig | None = None, *, usage: UsageTracker | None = None,
+                 budget: CallBudget | None = None):
         self.config = config if config is not None else LLMConfig()
         self.usage = usage if usage is not None else UsageTracker()
         self.cache = ResponseCache(self.config.cache_dir) if self.config.cache_dir else None
@@ -163,6 +166,7 @@ class Gateway:
         self._async_lock = threading.Lock()
         self._checked = False
         self._check_lock = threading.Lock()
+        self.budget = budget  # shared hard cap on calls (cache hits included)
         self._api_key_to_send: str | None = self.config.api_key
 
     def __repr__(self) -> str:
@@ -207,6 +211,10 @@ class Gateway:
             return None
         n = info.get("max_input_tokens") or info.get("max_tokens")
         return int(n) if n else None
+
+    def count_tokens(self, messages: list[dict]) -> int:
+        """Prompt tokens of ``messages`` for this model (its own tokenizer where promptevo has it)."""
+        return count_tokens(messages, self.config.model)
 
     def check(self) -> None:
         """Validate the model string and credentials without calling the model.
@@ -360,6 +368,12 @@ class Gateway:
     def _cost(self, response: Any) -> float:
         if self.in_process:
             return 0.0
+        cfg = self.config
+        if cfg.price_in is not None or cfg.price_out is not None:
+            usage = getattr(response, "usage", None)
+            pt = int(getattr(usage, "prompt_tokens", 0) or 0)
+            ct = int(getattr(usage, "completion_tokens", 0) or 0)
+            return (pt * (cfg.price_in or 0.0) + ct * (cfg.price_out or 0.0)) / 1e6
         try:
             hidden = getattr(response, "_hidden_params", None) or {}
             cost = hidden.get("response_cost")
@@ -367,8 +381,20 @@ class Gateway:
                 cost = litellm_module().completion_cost(completion_response=response)
             cost = float(cost or 0.0)
             return cost if cost >= 0 and cost == cost else 0.0
-        except Exception:  # noqa: BLE001 - unknown prices must never crash a run
+        except Exception:  # noqa: BLE001 - unknown prices are caught up front by price_known()
             return 0.0
+
+    def price_known(self) -> bool:
+        """True when this gateway can price its calls: in-process models (free), a price given in the
+        config, or a model in LiteLLM's price map. A dollar budget refuses to start otherwise."""
+        cfg = self.config
+        if self.in_process or cfg.price_in is not None or cfg.price_out is not None:
+            return True
+        try:
+            info = litellm_module().get_model_info(cfg.model)
+        except Exception:  # noqa: BLE001 - not in the map
+            return False
+        return bool(info.get("input_cost_per_token") is not None or info.get("output_cost_per_token") is not None)
 
     def _store(self, key: str | None, c: Completion) -> None:
         if self.cache is None or key is None:
@@ -400,7 +426,7 @@ class Gateway:
 
     def _prepare(self, messages: list[dict], temperature: float | None, max_tokens: int | None,
                  seed: int | None, stop: str | list[str] | None, grammar: str | None,
-                 role: str) -> tuple[dict, str | None]:
+                 role: str, response_format: dict | None = None) -> tuple[dict, str | None]:
         if not isinstance(messages, list) or not messages:
             raise LLMConfigError("messages must be a non-empty list of {'role', 'content'} dicts",
                                  model=self.config.model, role=role)
@@ -409,24 +435,42 @@ class Gateway:
         except LLMError as e:
             self.usage.record_error(role, type(e).__name__)
             raise
+        if self.budget is not None and not self.budget.take():
+            self.usage.record_error(role, "LLMBudgetError")
+            raise LLMBudgetError(f"call budget of {self.budget.limit} LLM calls spent (role {role})",
+                                 model=self.config.model, role=role)
         t, mt, sd, st = self._resolve(temperature, max_tokens, seed, stop)
+        rf = response_format if response_format is not None and self.supports_schema() else None
         kw = self._call_kwargs(messages, t, mt, sd, st, grammar)
-        key = self._key(messages, t, mt, sd, st, grammar) if self.cache is not None else None
+        if rf is not None:
+            kw["response_format"] = rf
+        key = self._key(messages, t, mt, sd, st, grammar if rf is None else f"{grammar}|{rf}") \
+            if self.cache is not None else None
         return kw, key
+
+    def supports_schema(self) -> bool:
+        """True when replies can be forced to a JSON schema (``response_format``): in-process models
+        (a grammar built from the schema) and providers LiteLLM knows to support it."""
+        if self.in_process:
+            return True
+        try:
+            return bool(litellm_module().supports_response_schema(model=self.config.model))
+        except Exception:  # noqa: BLE001 - unknown model: ask in the prompt only
+            return False
 
     # ---- public calls ---------------------------------------------------------------------------
 
     def complete(self, messages: list[dict], *, role: str = "agent",
                  temperature: float | None = None, max_tokens: int | None = None,
                  seed: int | None = None, stop: str | list[str] | None = None,
-                 grammar: str | None = None) -> Completion:
+                 grammar: str | None = None, response_format: dict | None = None) -> Completion:
         """One chat completion; cached, retried, counted under ``role``.
 
         Raises LLMConfigError (not retried), LLMReplyError (empty reply after retries) or
         LLMError (transient errors after all retries).
         """
         t0 = time.perf_counter()
-        kw, key = self._prepare(messages, temperature, max_tokens, seed, stop, grammar, role)
+        kw, key = self._prepare(messages, temperature, max_tokens, seed, stop, grammar, role, response_format)
         hit = self._from_cache(key, t0)
         if hit is not None:
             self.usage.record(role, hit)
@@ -473,10 +517,10 @@ class Gateway:
     async def acomplete(self, messages: list[dict], *, role: str = "agent",
                         temperature: float | None = None, max_tokens: int | None = None,
                         seed: int | None = None, stop: str | list[str] | None = None,
-                        grammar: str | None = None) -> Completion:
+                        grammar: str | None = None, response_format: dict | None = None) -> Completion:
         """Async twin of :meth:`complete` (litellm.acompletion, asyncio semaphore)."""
         t0 = time.perf_counter()
-        kw, key = self._prepare(messages, temperature, max_tokens, seed, stop, grammar, role)
+        kw, key = self._prepare(messages, temperature, max_tokens, seed, stop, grammar, role, response_format)
         hit = self._from_cache(key, t0)
         if hit is not None:
             self.usage.record(role, hit)

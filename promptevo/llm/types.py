@@ -24,6 +24,8 @@ class LLMConfig:
     seed: int | None = None
     backoff_base: float = 1.0  # seconds; retry k waits ~ backoff_base * 2**k (+ jitter)
     backoff_max: float = 30.0
+    price_in: float | None = None  # USD per million prompt tokens (overrides LiteLLM's price map)
+    price_out: float | None = None  # USD per million completion tokens
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -37,6 +39,10 @@ class LLMConfig:
             raise LLMConfigError(f"LLMConfig.max_tokens must be >= 1, got {self.max_tokens}")
         if self.timeout <= 0:
             raise LLMConfigError(f"LLMConfig.timeout must be > 0, got {self.timeout}")
+        for name in ("price_in", "price_out"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and v >= 0):
+                raise LLMConfigError(f"LLMConfig.{name} must be a number >= 0 (USD per million tokens), got {v!r}")
         if not isinstance(self.temperature, (int, float)) or not 0.0 <= float(self.temperature) < float("inf"):
             raise LLMConfigError(f"LLMConfig.temperature must be a finite number >= 0, got {self.temperature}")
 

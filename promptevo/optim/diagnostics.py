@@ -5,8 +5,8 @@ win on its training seeds for the wrong reasons. Each check below looks for one 
 a :class:`Veto` (or None when it has nothing to object to):
 
 * :func:`leak_check` -- the edit hard-codes specifics of the training seeds (mission phrases such as
-  "red ball" that no held-out mission has, or grid coordinates copied from training observations);
-* :func:`generalization_gap` -- the child gained on the training seeds but not on the held-out seeds;
+  "red ball" that no validation mission has, or grid coordinates copied from training observations);
+* :func:`generalization_gap` -- the child gained on the training seeds but not on the validation seeds;
 * :func:`backtest` -- replayed on earlier generations' training seeds (where the incumbent best was
   already played), the child does worse than the incumbent;
 * :func:`behaviour_checks` -- the child's episodes have clearly more invalid actions or more loops
@@ -123,8 +123,8 @@ def leaked_phrases(
     """Mission phrases that :func:`leak_check` would flag, shortest first, then alphabetically.
 
     A phrase is a 2-3 word n-gram (lower case, not starting or ending with a stop word) that occurs in
-    some training mission, in no held-out mission, not in ``parent_text``, and in ``edit_text``. A
-    3-gram that contains a flagged 2-gram is not listed separately. With no held-out missions nothing
+    some training mission, in no validation mission, not in ``parent_text``, and in ``edit_text``. A
+    3-gram that contains a flagged 2-gram is not listed separately. With no validation missions nothing
     is flagged (specific and generic phrasing cannot be told apart).
     """
     heldout = list(heldout_missions)
@@ -163,9 +163,9 @@ def leak_check(
 ) -> Veto | None:
     """Veto an edit that hard-codes training-seed specifics (see :func:`leaked_phrases`).
 
-    Flags word n-grams of the training missions that no held-out mission shares and that the edit
+    Flags word n-grams of the training missions that no validation mission shares and that the edit
     introduces (they are not in the parent prompt), e.g. "always go to the red ball" learned on a
-    "go to the red ball" seed while the held-out missions name other objects. Generic instructions
+    "go to the red ball" seed while the validation missions name other objects. Generic instructions
     ("go to the target", "pick up the key you need") are not flagged. When ``train_observations`` are
     given, coordinates like "(3, 4)" or "row 3 col 4" copied from them into the edit are flagged too.
     """
@@ -176,7 +176,7 @@ def leak_check(
     parts = []
     if phrases:
         shown = ", ".join(repr(p) for p in phrases[:5]) + (f" (+{len(phrases) - 5} more)" if len(phrases) > 5 else "")
-        parts.append(f"training-mission phrases absent from every held-out mission: {shown}")
+        parts.append(f"training-mission phrases absent from every validation mission: {shown}")
     if coords:
         shown = ", ".join(f"({r}, {c})" for r, c in coords[:5]) + (f" (+{len(coords) - 5} more)" if len(coords) > 5 else "")
         parts.append(f"coordinates copied from training observations: {shown}")
@@ -185,7 +185,7 @@ def leak_check(
 
 
 # =================================================================================================
-# Training vs held-out gap
+# Training vs validation gap
 # =================================================================================================
 
 
@@ -195,16 +195,16 @@ def generalization_gap(
     """Veto a child that "only works on training seeds".
 
     ``train_diff`` and ``heldout_diff`` are the child's mean paired differences against its reference
-    on the training and the held-out seeds. Vetoed when the training gain is at least
-    ``min_train_gain`` while the held-out difference is not above ``tolerance`` (0: no held-out gain at
-    all; a negative tolerance forgives a small held-out loss). None when either value is missing.
+    on the training and the validation seeds. Vetoed when the training gain is at least
+    ``min_train_gain`` while the validation difference is not above ``tolerance`` (0: no validation gain at
+    all; a negative tolerance forgives a small validation loss). None when either value is missing.
     """
     if train_diff is None or heldout_diff is None:
         return None
     t, h = float(train_diff), float(heldout_diff)
     if t + _EPS >= min_train_gain and h <= tolerance + _EPS:
         return Veto("generalization_gap",
-                    f"gained {t:+.3f} on training seeds but {h:+.3f} on held-out seeds (needs > {tolerance:+.3f})",
+                    f"gained {t:+.3f} on training seeds but {h:+.3f} on validation seeds (needs > {tolerance:+.3f})",
                     {"train_diff": t, "heldout_diff": h, "min_train_gain": min_train_gain, "tolerance": tolerance})
     return None
 

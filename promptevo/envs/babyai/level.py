@@ -35,10 +35,8 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
+from promptevo.envs.babyai.spec import BABYAI_GOALS
 from promptevo.envs.babyai.view import WorldCache, tracked_positions, view_image
-
-#: The five BALROG BabyAI goals (task names after ``BabyAI-MixedTrainLocal-v0/``).
-BABYAI_GOALS: tuple[str, ...] = ("goto", "pickup", "open", "putnext", "pick_up_seq_go_to")
 
 #: Missions containing any of these phrases are regenerated (BALROG's held-out phrases).
 REJECTED_PHRASES: tuple[str, ...] = ("yellow box", "red key", "red door", "green ball", "grey door")

@@ -406,6 +406,50 @@ class MAPFFrozenLakeEnv(TextEnv):
             stats["soc_ratio"] = optimality_ratio([a or 0 for a in self.arrival], plan)
         return stats
 
+    # -- loop detection and dense progress
+    def state_key(self) -> object | None:
+        """Positions, lost and home status of all agents; None with slippery ice (the same state and
+        action can lead to different next states, so a repeat is not a loop) or before reset."""
+        if self.instance is None or self.config.slip_prob > 0:
+            return None
+        return (tuple(self.positions), tuple(self.alive), tuple(self._is_home(i) for i in range(self.n_agents)))
+
+    def progress(self) -> float | None:
+        """1.0 on success, else the mean over agents of ``max(0, 1 - d_now / d_start)`` with ``d`` the
+        BFS distance to the agent's goal (``goal_assignment="any"``: to the nearest goal cell) around
+        holes and walls; an agent at home counts 1, a lost one 0."""
+        from promptevo.envs.mapf.solver import bfs_distances
+
+        inst = self.instance
+        if inst is None:
+            return None
+        if self._home_count() == self.n_agents:
+            return 1.0
+        cache = getattr(self, "_goal_distances", None)
+        if cache is None or cache[0] is not inst:
+            grid = inst.grid
+            cache = (inst, [bfs_distances(grid, g) for g in inst.goals])
+            self._goal_distances = cache
+        maps = cache[1]
+
+        def distance(i: int, cell: Cell) -> int | None:
+            if self.config.goal_assignment == "any":
+                found = [m[cell] for m in maps if cell in m]
+                return min(found) if found else None
+            return maps[i].get(cell)
+
+        total = 0.0
+        for i in range(self.n_agents):
+            if self._is_home(i):
+                total += 1.0
+                continue
+            if not self.alive[i]:
+                continue
+            d0, d = distance(i, inst.starts[i]), distance(i, self.positions[i])
+            if d0 and d is not None:
+                total += max(0.0, 1.0 - d / d0)
+        return total / self.n_agents
+
     # -- text
     def visible_cells(self) -> set[Cell] | None:
         """Cells shown in local mode (None = the whole map)."""
@@ -605,8 +649,7 @@ class MAPFFrozenLakeGymEnv(gym.Env):
         return None
 
 
-if GYM_ENV_ID not in gym.registry:
-    gym.register(id=GYM_ENV_ID, entry_point="promptevo.envs.mapf.env:MAPFFrozenLakeGymEnv")
+# (registered with gymnasium by ``import promptevo``)
 
 
 __all__ = [

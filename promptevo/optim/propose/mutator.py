@@ -18,18 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from promptevo.optim.reflect.analyzer import (
-    PROTECTED_SEGMENTS,
-    Analysis,
-    example_strings,
-    example_target,
-    json_grammar_for,
-    _OP_ALIASES,
-    call_json,
-    load_template,
-    render_history,
-    render_template,
-)
+from promptevo.optim.reflect.analyzer import Analysis, OP_ALIASES
+from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, example_strings, example_target, load_template, render_template
+from promptevo.optim.reflect.render import render_history
 from promptevo.segments import Edit, PromptFormatError, PromptSet, apply_edit, sanitize_text
 
 
@@ -46,7 +37,7 @@ class EditSpec(BaseModel):
     @classmethod
     def _op(cls, v: Any) -> Any:
         v = str(v).strip().lower()
-        return _OP_ALIASES.get(v, v)
+        return OP_ALIASES.get(v, v)
 
     @field_validator("segment", "module", mode="before")
     @classmethod
@@ -131,16 +122,16 @@ def _default_after(prompt_names: list[str], protected: frozenset[str]) -> str | 
 def _split_dotted(mods: dict, edit: Edit) -> tuple[Edit, str | None]:
     """``module: "actor.rules"`` or ``segment: "actor.rules"`` (a frequent slip) -> module actor,
     segment rules, when the prefix names a module."""
-    for field in ("module", "segment"):
-        value = getattr(edit, field) or ""
+    for name in ("module", "segment"):
+        value = getattr(edit, name) or ""
         head, dot, tail = value.partition(".")
         if not dot or value in mods or head not in mods or not tail:
             continue
         # the segment field wins when it holds a plain name of its own
-        keep = field == "module" and edit.segment and "." not in edit.segment
+        keep = name == "module" and edit.segment and "." not in edit.segment
         seg = edit.segment if keep else tail
         fixed = Edit(edit.op, head, seg, edit.text, edit.rationale, edit.after)
-        return fixed, f"{field} {value!r} -> module {head!r}, segment {seg!r}"
+        return fixed, f"{name} {value!r} -> module {head!r}, segment {seg!r}"
     return edit, None
 
 
@@ -321,7 +312,7 @@ def propose_detailed(
 
     parsed, raw, err, usage = call_json(
         gateway, msgs, role="mutator", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
-        grammar=json_grammar_for(gateway, constrained),
+        schema=MutatorReply, constrained=constrained,
         forbid=example_strings(msgs[0]["content"]),
     )
     edits = [e for e, _ in (parsed or [])][:n]

@@ -5,16 +5,17 @@ fewer prompt tokens at equal performance). Here:
 
 * :func:`competent` - the gate: success rate at or above a threshold;
 * :func:`prunable_segments` - what may go: every segment except the answer-format ones
-  (:data:`~promptevo.analyzer.PROTECTED_SEGMENTS`), the ones holding a placeholder the agent fills in
+  (:data:`~promptevo.optim.reflect.llm_json.PROTECTED_SEGMENTS`), the ones holding a placeholder the agent fills in
   (:data:`PLACEHOLDERS`) and the only segment of a module;
 * :func:`prompt_tokens`, :func:`prompt_tokens_by_segment` - static prompt size in tokens (LiteLLM's
   bundled ``gpt-3.5-turbo`` tokenizer, offline; ``len(text) // 4`` if that fails);
 * :func:`propose_prunes` - ONE optimizer call (gateway role ``"pruner"``, template
   ``prompts/optimizer/pruner.md``) for ``delete`` edits and strictly shorter ``rewrite`` edits of
   prunable segments, validated; missing ones are filled with deterministic deletions of the largest
-  untried prunable segments (recorded in ``Proposals.fallbacks``). Never raises on bad LLM output;
-* :func:`prune_keep` - the held-out gate: a pruned child is kept when its held-out success rate is not
-  below the lower bound of the best's 95% Wilson interval on the same seeds.
+  untried prunable segments (recorded in ``Proposals.fallbacks``). Never raises on bad LLM output.
+
+Whether a pruned child is kept is decided by :func:`promptevo.optim.selection.prune_keep` on the
+validation seeds.
 
 Everything but :func:`propose_prunes` is pure.
 """
@@ -22,25 +23,15 @@ Everything but :func:`propose_prunes` is pure.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from promptevo.agents.base import PLACEHOLDERS as AGENT_PLACEHOLDERS
-from promptevo.optim.reflect.analyzer import (
-    PROTECTED_SEGMENTS,
-    call_json,
-    example_strings,
-    json_grammar_for,
-    load_template,
-    render_history,
-    render_template,
-)
-from promptevo.optim.engine import Verdict
-from promptevo.optim.propose.mutator import Proposals, check_edit, edit_parser
-from promptevo.evaluation.statistics import paired_diff, wilson_interval
+from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, example_strings, load_template, render_template
+from promptevo.optim.reflect.render import render_history
+from promptevo.optim.propose.mutator import MutatorReply, Proposals, check_edit, edit_parser
+from promptevo.llm.tokens import count_tokens
 from promptevo.segments import Edit, PromptSet, sanitize_text
 
 #: Placeholders filled in when the agent plays (agents.PLACEHOLDERS) plus ``{observation}``, which
@@ -48,7 +39,6 @@ from promptevo.segments import Edit, PromptSet, sanitize_text
 PLACEHOLDERS: tuple[str, ...] = tuple(dict.fromkeys((*AGENT_PLACEHOLDERS, "{observation}")))
 
 #: Tokenizer used for prompt sizes (bundled with LiteLLM, so counting works offline).
-TOKEN_MODEL = "gpt-3.5-turbo"
 
 Target = tuple[str, str]  # (module, segment)
 
@@ -87,18 +77,6 @@ def prunable_segments(prompts: PromptSet, protected: frozenset[str] = PROTECTED_
 
 # -- size ------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=8192)
-def count_tokens(text: str) -> int:
-    """Tokens of ``text`` by LiteLLM's bundled tokenizer; ``len(text) // 4`` on any error."""
-    if not text:
-        return 0
-    try:
-        import litellm
-
-        return int(litellm.token_counter(model=TOKEN_MODEL, text=text))
-    except Exception:  # noqa: BLE001 - any tokenizer trouble falls back to the rough estimate
-        return len(text) // 4
-
-
 def prompt_tokens(prompts: PromptSet) -> int:
     """Static size of the prompt set: tokens of each module's rendered text (placeholders unfilled)."""
     return sum(count_tokens(p.render()) for _, p in prompts.modules)
@@ -231,7 +209,7 @@ def propose_prunes(
 
     parsed, raw, err, usage = call_json(
         gateway, msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
-        grammar=json_grammar_for(gateway, constrained), forbid=example_strings(msgs[0]["content"]),
+        schema=MutatorReply, constrained=constrained, forbid=example_strings(msgs[0]["content"]),
     )
     chosen = list(parsed or [])[:n]
     edits = [e for e, _ in chosen]
@@ -258,45 +236,3 @@ def propose_prunes(
         error = f"{err}; used {len(fallbacks)} deterministic fallback deletion(s)"
     return Proposals(edits=edits, rejected=state["rejected"], repaired=state["repaired"], raw=raw, error=error,
                      usage=usage, fallbacks=fallbacks)
-
-
-# -- held-out gate ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PruneVerdict(Verdict):
-    """:class:`promptevo.evolve.Verdict` plus the rates and the interval used."""
-
-    child_rate: float = 0.0
-    best_rate: float = 0.0
-    best_ci95: tuple[float, float] = (0.0, 1.0)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["best_ci95"] = list(self.best_ci95)
-        return d
-
-
-def prune_keep(child_heldout: dict[int, float], best_heldout: dict[int, float], *, z: float = 1.96) -> PruneVerdict:
-    """Keep a pruned child when its held-out success rate is >= the lower bound of the best's Wilson
-    interval (``z`` = 1.96: 95%), both on the seeds they share. Per-seed scores are success 0/1 (other
-    scores in [0, 1] are treated as fractional successes). ``mean_diff`` is the paired mean of
-    child - best; ``p_value`` the two-sided exact sign test; wins/losses count seeds where the child
-    scored higher/lower. No shared seed -> not kept.
-    """
-    pd = paired_diff(best_heldout, child_heldout)
-    seeds, n = pd["seeds"], pd["n"]
-    common = {"rule": "prune-wilson", "n": n, "mean_diff": float(pd["mean_diff"]), "wins": int(pd["wins"]),
-              "losses": int(pd["losses"]), "ties": int(pd["ties"]), "p_value": float(pd["p_value"])}
-    if n == 0:
-        return PruneVerdict(accepted=False, reason="no paired held-out seeds", **common)
-    child_rate = sum(float(child_heldout[s]) for s in seeds) / n
-    best_rate = sum(float(best_heldout[s]) for s in seeds) / n
-    lo, hi = wilson_interval(min(float(n), max(0.0, best_rate * n)), n, z)
-    ok = child_rate >= lo - 1e-12
-    conf = 100 * (math.erf(z / math.sqrt(2)))
-    reason = (
-        f"held-out child {child_rate:.3f} {'>=' if ok else '<'} {lo:.3f}, the lower bound of the best's "
-        f"{conf:.0f}% Wilson interval [{lo:.3f}, {hi:.3f}] (best {best_rate:.3f}, n={n}, "
-        f"paired mean diff {pd['mean_diff']:+.3f})"
-    )
-    return PruneVerdict(accepted=ok, reason=reason, child_rate=child_rate, best_rate=best_rate,
-                        best_ci95=(lo, hi), **common)

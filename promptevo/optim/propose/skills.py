@@ -1,8 +1,8 @@
 """Skill library: prompt segments that earned a promotion, kept for reuse on other tasks.
 
-An idea from EvoTrainer: an edit that survived the held-out gate is a small piece of know-how (a
+An idea from EvoTrainer: an edit that survived the validation gate is a small piece of know-how (a
 "skill") worth remembering beyond the run that found it. The library stores each such edit's text
-with where it was learned (task, family, run) and what it was measured to be worth (held-out mean
+with where it was learned (task, family, run) and what it was measured to be worth (validation mean
 paired difference when it was promoted, over how many seeds, and its training-seed gain). Later runs
 on *other* tasks can :meth:`SkillLibrary.select` a few skills, show them to the mutator
 (:func:`render`) or try them directly as a child (:func:`skill_edit`), and every such trial is
@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +31,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from promptevo.optim.reflect.analyzer import PROTECTED_SEGMENTS
+from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS
+from promptevo.fileio import write_json_atomic
 from promptevo.segments import Edit, PromptSet, check_name, sanitize_text
 
 LIBRARY_VERSION = 1
@@ -72,7 +71,7 @@ def outcome_kind(outcome: str) -> str:
     """``"success"``, ``"neutral"`` or ``"failure"`` for a recorded trial outcome.
 
     Success: :data:`SUCCESS_OUTCOMES`; neutral: :data:`NEUTRAL_OUTCOMES`; anything else (``rejected``,
-    ``not-promoted``, ``vetoed``, ``accepted on training seeds, failed held-out check``, ...) is a failure.
+    ``not-promoted``, ``vetoed``, ``accepted on training seeds, failed the validation gate``, ...) is a failure.
     """
     o = str(outcome).strip().lower()
     if o in SUCCESS_OUTCOMES:
@@ -89,6 +88,7 @@ class SkillUse(BaseModel):
 
     task: str
     run: str = ""
+    candidate: str = ""
     outcome: str
     gain: float | None = None
 
@@ -112,8 +112,11 @@ class Skill(BaseModel):
     task: str
     family: str
     run: str = ""
-    gain: float = Field(description="held-out mean paired difference when promoted")
-    n: int = Field(0, ge=0, description="held-out seeds behind `gain`")
+    gain: float = Field(description="validation mean paired difference when promoted")
+    n: int = Field(0, ge=0, description="validation seeds behind `gain`")
+    validation_rate: float | None = Field(None, description="validation success rate of the promoted prompt")
+    validation_ci95: list[float] | None = Field(None, description="95% Wilson interval of validation_rate")
+    p_value: float | None = Field(None, description="p-value of the promotion test")
     train_gain: float | None = None
     created: str = ""
     uses: list[SkillUse] = Field(default_factory=list)
@@ -214,19 +217,7 @@ class SkillLibrary:
         target = Path(path) if path is not None else self.path
         if target is None:
             raise SkillLibraryError("no path to save the skill library to")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_json_atomic(target, self.to_dict())
         self.path = target
         return target
 
@@ -263,11 +254,16 @@ class SkillLibrary:
         train_gain: float | None = None,
         *,
         created: str | None = None,
+        validation_rate: float | None = None,
+        validation_ci95: list[float] | None = None,
+        p_value: float | None = None,
     ) -> Skill | None:
         """Turn a promoted edit into a skill and add it; None when it does not qualify.
 
-        Only ``add``/``rewrite`` edits with non-empty text and a positive held-out gain qualify (a
-        deletion carries no reusable text). ``edit`` is an :class:`Edit` or its ``to_dict()``.
+        Only ``add``/``rewrite`` edits with non-empty text and a positive validation gain qualify (a
+        deletion carries no reusable text). ``edit`` is an :class:`Edit` or its ``to_dict()``. The skill
+        keeps the validation estimate that earned the promotion: gain, n, the success rate with its 95%
+        interval and the test's p-value.
         """
         d = edit.to_dict() if isinstance(edit, Edit) else dict(edit or {})
         if str(d.get("op") or "").lower() not in ("add", "rewrite"):
@@ -278,17 +274,25 @@ class SkillLibrary:
         try:
             skill = Skill(module=str(d.get("module") or ""), segment=str(d.get("segment") or ""), text=text,
                           task=task, family=family, run=run, gain=float(heldout_gain), n=int(n),
+                          validation_rate=validation_rate, validation_ci95=validation_ci95, p_value=p_value,
                           train_gain=None if train_gain is None else float(train_gain), created=created or "")
         except ValidationError:
             return None
         return self.add(skill)
 
-    def record_use(self, skill_id: str, task: str, run: str, outcome: str, gain: float | None = None) -> Skill:
-        """Append a trial record ``{task, run, outcome, gain}`` to a skill; returns the skill."""
+    def record_use(self, skill_id: str, task: str, run: str, outcome: str, gain: float | None = None,
+                   candidate: str = "") -> Skill:
+        """Append a trial record ``{task, run, candidate, outcome, gain}`` to a skill; returns the skill.
+
+        Idempotent per (run, candidate): recording the same trial again (a resumed run replaying its last
+        step) changes nothing."""
         skill = self._skills.get(skill_id)
         if skill is None:
             raise SkillLibraryError(f"no skill with id {skill_id!r} in the library")
-        skill.uses.append(SkillUse(task=task, run=run, outcome=outcome, gain=None if gain is None else float(gain)))
+        if candidate and any(u.run == run and u.candidate == candidate for u in skill.uses):
+            return skill
+        skill.uses.append(SkillUse(task=task, run=run, candidate=candidate, outcome=outcome,
+                                   gain=None if gain is None else float(gain)))
         return skill
 
     # -- selection ----------------------------------------------------------------------------
@@ -297,7 +301,7 @@ class SkillLibrary:
 
         Excluded: skills learned on ``task`` itself, skills whose text is already in ``prompts`` (any
         module, whitespace and case ignored), and skills that failed in an earlier trial on ``task``.
-        Ranked by: same family first, then higher held-out gain, then more successful later uses, then
+        Ranked by: same family first, then higher validation gain, then more successful later uses, then
         id (so the order is deterministic). Skills with the same text are offered once.
         """
         if k <= 0:
@@ -333,7 +337,7 @@ def render(skills: Iterable[Skill], max_chars: int = 400) -> str:
     for s in skills:
         used = f"; helped in {s.successes} of {len(s.uses)} later trials" if s.uses else ""
         lines.append(f"- skill {s.id} ({s.module}.{s.segment}) learned on {s.task} ({s.family}): "
-                     f"held-out gain {s.gain:+.3f} over {s.n} seeds{used}")
+                     f"validation gain {s.gain:+.3f} over {s.n} seeds{used}")
         text = s.text if len(s.text) <= max_chars else s.text[: max(0, max_chars - 3)].rstrip() + "..."
         lines.extend("    " + ln for ln in text.splitlines())
     return "\n".join(lines) if lines else "(no skills)"
@@ -385,7 +389,7 @@ def skill_edit(skill: Skill, prompts: PromptSet, protected: frozenset[str] = PRO
         after = names[-1] if names else None
     rationale = (f"reuse skill {skill.id} learned on {skill.task} ({skill.family}"
                  + (f", run {skill.run}" if skill.run else "")
-                 + f"): held-out gain {skill.gain:+.3f} over {skill.n} seeds")
+                 + f"): validation gain {skill.gain:+.3f} over {skill.n} seeds")
     return Edit(op="add", module=module, segment=name, text=skill.text, rationale=rationale, after=after)
 
 

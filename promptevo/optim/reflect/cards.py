@@ -26,19 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from promptevo.optim.reflect.analyzer import (
-    _flat,
-    _get,
-    _stats_line,
-    call_json,
-    example_strings,
-    fit_to_budget,
-    json_grammar_for,
-    load_template,
-    prompt_budget,
-    render_episode,
-    render_template,
-)
+from promptevo.optim.reflect.llm_json import call_json, example_strings, fit_to_budget, load_template, prompt_budget, render_template
+from promptevo.optim.reflect.render import field_of, flat, render_episode, stats_line
 
 SUCCESS = "success"
 OUT_OF_STEPS = "failure: ran out of steps"
@@ -65,7 +54,7 @@ MAX_REFS = 6
 
 
 def _traj(r: Any) -> list[dict]:
-    return [st or {} for st in (_get(r, "trajectory", []) or [])]
+    return [st or {} for st in (field_of(r, "trajectory", []) or [])]
 
 
 def _step_no(st: dict, i: int) -> int:
@@ -78,17 +67,17 @@ def _step_no(st: dict, i: int) -> int:
 
 def _seed(r: Any) -> int:
     try:
-        return int(_get(r, "seed", -1))
+        return int(field_of(r, "seed", -1))
     except (TypeError, ValueError):
         return -1
 
 
 def _ret(r: Any) -> float:
-    return float(_get(r, "return_", _get(r, "return", 0.0)) or 0.0)
+    return float(field_of(r, "return_", field_of(r, "return", 0.0)) or 0.0)
 
 
 def _steps(r: Any) -> int:
-    s = _get(r, "steps")
+    s = field_of(r, "steps")
     return int(s) if s is not None else len(_traj(r))
 
 
@@ -102,9 +91,9 @@ def _truncated(r: Any) -> bool:
 
 def episode_outcome(r: Any) -> str:
     """One of :data:`OUTCOMES`."""
-    if _get(r, "error"):
+    if field_of(r, "error"):
         return ABORTED
-    if _get(r, "success"):
+    if field_of(r, "success"):
         return SUCCESS
     return OUT_OF_STEPS if _truncated(r) else ENDED
 
@@ -117,7 +106,7 @@ def _invalid_steps(r: Any) -> int:
     traj = _traj(r)
     if traj:
         return sum(_bad_step(st) for st in traj)
-    return int(_get(r, "invalid_actions", 0) or 0)
+    return int(field_of(r, "invalid_actions", 0) or 0)
 
 
 def _sig(st: dict) -> tuple[str, str]:
@@ -222,7 +211,7 @@ def group_episodes(results: Sequence[Any], *, top_k: int = 5) -> list[EpisodeGro
                 n=len(eps),
                 share=len(eps) / total,
                 mean_return=_mean([_ret(r) for r in eps]),
-                mean_progression=_mean([float(_get(r, "progression", 0.0) or 0.0) for r in eps]),
+                mean_progression=_mean([float(field_of(r, "progression", 0.0) or 0.0) for r in eps]),
                 mean_steps=_mean([float(s) for s in steps]),
                 invalid_rate=(sum(_invalid_steps(r) for r in eps) / n_steps) if n_steps else 0.0,
                 top_actions=top,
@@ -347,7 +336,7 @@ def fallback_card(group: EpisodeGroup) -> EvidenceCard:
     elif group.outcome == ABORTED:
         if traj:
             refs = [_ref(seed, traj[-1], len(traj) - 1)]
-        where = f"the LLM call failed: {_flat(_get(rep, 'error', ''), 160)}"
+        where = f"the LLM call failed: {flat(field_of(rep, 'error', ''), 160)}"
     elif group.outcome in (OUT_OF_STEPS, ENDED) and traj:
         refs = [_ref(seed, traj[-1], len(traj) - 1)]
         where = (f"still short of the goal at the last step {refs[0]}." if group.outcome == OUT_OF_STEPS
@@ -484,7 +473,7 @@ def build_cards_messages(
         )
     values = {
         "env_instructions": env_instructions.strip() or "(not given)",
-        "stats": _stats_line(results),
+        "stats": stats_line(results),
         "n_groups": len(groups),
         "groups": "\n\n".join(blocks),
     }
@@ -496,7 +485,7 @@ def build_cards_messages(
 
 
 def _clip(s: str) -> str:
-    return _flat(s, MAX_FIELD_CHARS)
+    return flat(s, MAX_FIELD_CHARS)
 
 
 def build_cards(
@@ -530,7 +519,7 @@ def build_cards(
         lambda k, oc: build_cards_messages(results, env_instructions=env_instructions, max_steps_shown=k,
                                            obs_chars=oc, template_path=template_path, groups=groups),
         [(max_steps_shown, obs_chars), (max(4, max_steps_shown // 2), min(obs_chars, 80)), (4, 60)],
-        prompt_budget(gateway, max_tokens))
+        prompt_budget(gateway, max_tokens), getattr(gateway, "count_tokens", None))
     parsed, raw, err, usage = call_json(
         gateway,
         msgs,
@@ -539,7 +528,7 @@ def build_cards(
         temperature=temperature,
         max_tokens=max_tokens,
         seed=seed,
-        grammar=json_grammar_for(gateway, constrained),
+        schema=CardsReply, constrained=constrained,
         forbid=example_strings(msgs[0]["content"]),
     )
     warnings: list[str] = []

@@ -1,0 +1,192 @@
+"""How often does the loop promote an edit that does nothing, and how often does it find a real one?
+
+Runs promptevo's real engine (``promptevo.optim.engine.Engine``: racing, acceptance, the validation gate)
+many times with a simulated adapter - a test double, no LLM and no game - and prints:
+
+(a) the false-promotion rate: runs in which ANY child was promoted although no child changes success
+    (every generation proposes ``children`` edits without effect);
+(b) the power: runs in which a child that truly adds +20 points of success (proposed in generation 1,
+    beside null children) ends as the best prompt;
+(c) racing: training episodes played with and without racing, at those same rates, in the two scenarios
+    above and in a third where one child per generation is harmful (-20 points), as LLM edits often are.
+
+The episode model (stated, because the figures depend on it): seed s has a difficulty u_s ~ U(0,1); a
+prompt with success rate q succeeds on s when u_s < q (the same seeds are hard for every prompt), except
+that with probability ``noise`` (default 0.5) the outcome of a (prompt, seed) pair is an independent
+Bernoulli(q) draw instead (prompt-specific idiosyncrasy). The parent's rate is ``base`` (default 0.3).
+``--noise 1`` is the hardest case: independent outcomes, no pairing benefit.
+
+Usage: ``python benchmarks/selection.py [--runs 500] [--noise 0.5] [--base 0.3] [--jobs 2]``
+(about 2 minutes with 2 processes). Writes benchmarks/selection.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from promptevo.optim.adapter import Proposal, ProposalBatch  # noqa: E402
+from promptevo.optim.config import OptimizeConfig  # noqa: E402
+from promptevo.optim.engine import Engine  # noqa: E402
+from promptevo.optim.selection import max_score_of  # noqa: E402
+from promptevo.segments import Prompt, PromptSet, Segment  # noqa: E402
+from promptevo.tasks import SeedRange, TaskConfig  # noqa: E402
+
+OUT = Path(__file__).with_name("selection.json")
+
+
+def _u(*parts: Any) -> float:
+    h = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def prompt_with(rate: float, tag: str) -> PromptSet:
+    return PromptSet.of({"system": Prompt((Segment("rate", f"{rate:.6f}"), Segment("tag", tag)))})
+
+
+def rate_of(ps: PromptSet) -> float:
+    return float(ps.module("system").get("rate") or 0.0)
+
+
+class SimulatedAdapter:
+    """Test double adapter (see the module docstring): ``kind`` null (every edit has no effect), power (one
+    +0.2 edit in generation 1, the others null) or harmful (one -0.2 edit per generation, the others null)."""
+
+    max_score = max_score_of("success")
+
+    def __init__(self, run_seed: int, noise: float, kind: str):
+        self.run_seed, self.noise, self.kind = run_seed, noise, kind
+        self.episodes = 0
+
+    def evaluate(self, prompts, seeds, *, agent=None, on_episode=None):
+        q = rate_of(prompts) if prompts is not None and prompts.modules else 0.0
+        fp = prompts.fingerprint() if prompts is not None else str(agent)
+        out = []
+        for s in seeds:
+            if _u("noise", self.run_seed, fp, s) < self.noise:
+                win = _u("draw", self.run_seed, fp, s) < q
+            else:
+                win = _u("difficulty", self.run_seed, s) < q
+            ep = {"seed": int(s), "success": bool(win), "return": float(win), "steps": 1, "error": None}
+            self.episodes += 1
+            if on_episode is not None:
+                on_episode(ep)
+            out.append(ep)
+        return out
+
+    def score(self, ep: dict) -> float:
+        return float(bool(ep.get("success")))
+
+    def make_reflective_dataset(self, parent, episodes, *, generation, history, **_):
+        return {"signatures": [], "usage": {}}
+
+    def propose(self, parent, evidence, ctx):
+        q = rate_of(parent)
+        props = []
+        for i in range(ctx.n):
+            effect = 0.0
+            if i == 0 and self.kind == "power" and ctx.generation == 1:
+                effect = 0.2
+            elif i == 0 and self.kind == "harmful":
+                effect = -0.2
+            rate = min(1.0, max(0.0, q + effect))
+            child = prompt_with(rate, f"g{ctx.generation}c{i}{'T' if effect > 0 else 'H' if effect < 0 else 'N'}")
+            props.append(Proposal(child, "mutate", {"op": "rewrite", "module": "system", "segment": "tag",
+                                                    "text": child.module("system").get("tag")}))
+        return ProposalBatch(props)
+
+
+def one_run(args: tuple) -> dict:
+    run_seed, kind, race, noise, base, overrides, root = args
+    cfg = OptimizeConfig(task="sim", generations=overrides.get("generations", 5), race=race,
+                         results_dir=root, run=f"{kind}-{int(race)}-{run_seed}", baseline=None,
+                         **{k: v for k, v in overrides.items() if k != "generations"})
+    task = TaskConfig(name="sim", family="babyai", env={"goal": "goto"}, train_seeds=SeedRange(start=0, count=5000),
+                      validation_seeds=SeedRange(start=50000, count=1000), test_seeds=SeedRange(start=100000, count=1000))
+    adapter = SimulatedAdapter(run_seed, noise, kind)
+    eng = Engine(cfg, adapter, task=task, usage=lambda: {"calls": 0, "tokens": 0, "cost": 0.0},
+                 emitter=lambda *a, **k: None)
+    res = eng.run(prompt_with(base, "initial"))
+    st = eng.state
+    promoted = [c for c in st.candidates.values() if c.status == "promoted"]
+    train_eps = sum(len(c.train) for c in st.candidates.values())
+    best_rate = rate_of(st.best.prompt_set())
+    shutil.rmtree(eng.run_dir, ignore_errors=True)
+    return {"seed": run_seed, "kind": kind, "race": race, "promoted": len(promoted),
+            "found": best_rate > base + 1e-9, "train_episodes": train_eps,
+            "validation_episodes": sum(len(c.validation) for c in st.candidates.values()),
+            "saved": sum(g.episodes_saved for g in st.generations), "stop": res.stop_reason}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--noise", type=float, default=0.5)
+    ap.add_argument("--base", type=float, default=0.3)
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--out", default=str(OUT))
+    ns = ap.parse_args(argv)
+    root = tempfile.mkdtemp(prefix="promptevo-sim-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    defaults = OptimizeConfig(task="sim")
+    overrides: dict[str, Any] = {}
+    t0 = time.time()
+    jobs = [(s, kind, race, ns.noise, ns.base, overrides, root)
+            for kind in ("null", "power", "harmful") for race in (True, False) for s in range(ns.runs)]
+    with ProcessPoolExecutor(max_workers=ns.jobs) as ex:
+        rows = list(ex.map(one_run, jobs, chunksize=20))
+    shutil.rmtree(root, ignore_errors=True)
+    summary: dict[str, Any] = {
+        "runs_per_cell": ns.runs, "noise": ns.noise, "base_rate": ns.base, "true_effect": 0.2,
+        "defaults": {k: getattr(defaults, k) for k in ("generations", "children", "episodes", "validation_episodes",
+                                                       "accept_rule", "accept_margin", "promote_rule", "alpha",
+                                                       "correction", "race_alpha")},
+        "wall_s": round(time.time() - t0, 1), "cells": {},
+    }
+    for race in (True, False):
+        null = [r for r in rows if r["kind"] == "null" and r["race"] == race]
+        power = [r for r in rows if r["kind"] == "power" and r["race"] == race]
+        harmful = [r for r in rows if r["kind"] == "harmful" and r["race"] == race]
+
+        def mean(rs: list[dict], k: str) -> float:
+            return sum(r[k] for r in rs) / len(rs)
+
+        summary["cells"]["racing" if race else "full"] = {
+            "false_promotion_rate": sum(r["promoted"] > 0 for r in null) / len(null),
+            "false_promotion_rate_harmful": sum(r["promoted"] > 0 for r in harmful) / len(harmful),
+            "power": sum(r["found"] for r in power) / len(power),
+            "mean_train_episodes": {"null": mean(null, "train_episodes"), "power": mean(power, "train_episodes"),
+                                    "harmful": mean(harmful, "train_episodes")},
+            "mean_validation_episodes": mean(null + power + harmful, "validation_episodes"),
+        }
+    r, f = summary["cells"]["racing"], summary["cells"]["full"]
+    saved = {k: 1 - r["mean_train_episodes"][k] / f["mean_train_episodes"][k] for k in r["mean_train_episodes"]}
+    summary["racing_saves_training_episodes"] = saved
+    Path(ns.out).write_text(json.dumps(summary, indent=2) + "\n")
+    a = summary["defaults"]["alpha"]
+    print(f"{ns.runs} simulated runs per cell, default settings {summary['defaults']}")
+    print(f"episode model: base success {ns.base}, prompt-specific noise {ns.noise}; true edit +0.20")
+    for name, c in summary["cells"].items():
+        te = c["mean_train_episodes"]
+        print(f"{name:>7}: false-promotion rate {c['false_promotion_rate']:.3f} (alpha {a}: "
+              f"{'OK' if c['false_promotion_rate'] <= a else 'ABOVE ALPHA'}; with harmful edits "
+              f"{c['false_promotion_rate_harmful']:.3f}) | power {c['power']:.3f} "
+              f"({'OK' if c['power'] >= 0.8 else 'BELOW 0.8'}) | training episodes per run: null {te['null']:.0f}, "
+              f"power {te['power']:.0f}, harmful {te['harmful']:.0f}")
+    print("racing plays fewer training episodes than full evaluation: " + ", ".join(
+        f"{k} {v:.1%}" for k, v in saved.items()) + f" ({summary['wall_s']:.0f} s)")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

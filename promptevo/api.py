@@ -1,0 +1,256 @@
+"""promptevo's Python API: :func:`optimize` and :func:`evaluate` (the CLI is a thin layer over them).
+
+Example (the LLM test double answers "go forward"; any LiteLLM model string works the same way)::
+
+    import promptevo
+    from promptevo.llm import ScriptedLLM
+
+    with ScriptedLLM.install(lambda messages: "<|ACTION|>go forward<|END|>"):
+        summary = promptevo.evaluate("goto", agent="robust-cot", model="fake/scripted", episodes=5)
+    print(summary["success_rate"], summary["success_ci95"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
+from promptevo.optim.engine import Engine, RunResult
+from promptevo.optim.events import Emitter
+from promptevo.optim.state import RunError
+from promptevo.segments import PromptFormatError, PromptSet
+from promptevo.tasks import TaskConfig, load_task
+
+
+def build_gateways(cfg: OptimizeConfig) -> tuple[Any, Any]:
+    from promptevo.llm.gateway import Gateway
+    from promptevo.llm.types import LLMConfig
+
+    cache = {"cache_dir": None} if cfg.no_cache else {}
+    price = {"price_in": cfg.price_in, "price_out": cfg.price_out}
+    agent = Gateway(LLMConfig(model=cfg.model, api_base=cfg.api_base, max_tokens=cfg.agent_max_tokens,
+                              temperature=cfg.temperature, concurrency=cfg.effective_concurrency, seed=cfg.seed,
+                              **cache, **price))
+    opt_model = cfg.optimizer_model or cfg.model
+    opt_base = cfg.optimizer_api_base or (cfg.api_base if opt_model == cfg.model else None)
+    optimizer = Gateway(LLMConfig(model=opt_model, api_base=opt_base, temperature=cfg.optimizer_temperature,
+                                  max_tokens=cfg.optimizer_max_tokens, seed=cfg.seed, **cache, **price))
+    return agent, optimizer
+
+
+def usage_of(*gateways: Any) -> Callable[[], dict]:
+    """``{"calls", "tokens", "cost"}`` summed over distinct gateways' usage trackers."""
+    gws = [g for i, g in enumerate(gateways) if g is not None and all(g is not h for h in gateways[:i])]
+
+    def now() -> dict:
+        out = {"calls": 0, "tokens": 0, "cost": 0.0}
+        for gw in gws:
+            tot = gw.usage.total()
+            out["calls"] += int(tot["calls"])
+            out["tokens"] += int(tot["prompt_tokens"]) + int(tot["completion_tokens"])
+            out["cost"] += float(tot["cost"])
+        return out
+
+    return now
+
+
+def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | None = None,
+             initial_prompts: PromptSet | None = None, agent_gateway: Any = None, optimizer_gateway: Any = None,
+             adapter: Any = None, agent_builder: Callable | None = None, runner: Callable | None = None,
+             listeners: Sequence[Any] | None = None, quiet: bool = False, console: Any = None,
+             worker_setup: Callable[[], Any] | None = None, **settings: Any) -> RunResult:
+    """Optimize an agent's prompts on a task; returns the best prompts and the report (test split).
+
+    Give an :class:`~promptevo.optim.config.OptimizeConfig` or its fields as keywords
+    (``optimize(task="goto", generations=3, model="openai/gpt-4o-mini")``). Defaults: gateways built from
+    the models in the config; the task loaded by name; the agent's default prompts (or ``prompts=FILE``);
+    the text-game adapter. ``task`` is a task name or a :class:`~promptevo.tasks.TaskConfig` (for a task that
+    has no file). Pass ``adapter`` to optimize something else (see
+    :class:`promptevo.optim.adapter.Adapter`). Raises :class:`RunError` / :class:`ConfigError` (one line).
+    """
+    if isinstance(task, str):
+        settings.setdefault("task", task)
+        task = None
+    elif task is not None:
+        settings.setdefault("task", task.name)
+    if config is None:
+        config = validate_config(settings)
+    elif settings:
+        config = validate_config({**config.model_dump(), **settings})
+    if config.run is None:  # fix the run name now so every path below agrees
+        config = config.model_copy(update={"run": config.run_path().name})
+    if task is None:
+        task = load_task(config.task)
+    if config.max_steps is not None:
+        cap = config.max_steps if task.max_steps is None else min(task.max_steps, config.max_steps)
+        task = task.model_copy(update={"max_steps": cap})
+    if adapter is None and (agent_gateway is None or optimizer_gateway is None):
+        a, o = build_gateways(config)
+        agent_gateway = agent_gateway or a
+        optimizer_gateway = optimizer_gateway or o
+    if config.budget_dollars is not None:
+        for gw in (agent_gateway, optimizer_gateway):
+            if gw is not None and hasattr(gw, "price_known") and not gw.price_known():
+                raise RunError(f"--budget-dollars: the price of {gw.config.model} is unknown, so spending cannot be "
+                               "counted; pass --price-in and --price-out (USD per million tokens) or use another budget")
+    upd = {}
+    for gw, field in ((agent_gateway, "model"), (optimizer_gateway, "optimizer_model")):
+        m = getattr(getattr(gw, "config", None), "model", None)
+        if isinstance(m, str) and m != getattr(config, field) and not (field == "optimizer_model" and m == config.model
+                                                                      and config.optimizer_model is None):
+            upd[field] = m
+    if upd:
+        config = config.model_copy(update=upd)
+    if initial_prompts is None:
+        if config.prompts:
+            try:
+                initial_prompts = PromptSet.load(config.prompts)
+            except (PromptFormatError, OSError) as e:
+                raise RunError(f"--prompts {config.prompts}: {e}") from None
+        else:
+            from promptevo.agents.registry import default_prompts
+
+            initial_prompts = default_prompts(config.agent, task, config.init)
+    if not initial_prompts.modules:
+        raise RunError(f"agent {config.agent!r} has no prompts to optimize")
+    if adapter is None:
+        adapter = _text_game_adapter(config, task, agent_gateway, optimizer_gateway, agent_builder, runner,
+                                     worker_setup)
+    check = getattr(adapter, "check", None)
+    if callable(check):
+        from promptevo.optim.propose.hints import HintLibraryError
+        from promptevo.optim.propose.skills import SkillLibraryError
+
+        try:
+            check()
+        except (HintLibraryError, SkillLibraryError) as e:
+            raise RunError(str(e)) from None
+    run_dir = config.run_path()
+    if listeners is None:
+        from promptevo.optim.progress import default_listeners
+
+        listeners = default_listeners(config, run_dir, quiet=quiet, console=console)
+    emitter = Emitter(list(listeners))
+    if config.mlflow:
+        from promptevo.reporting.tracking import MLflowTracker, TrackingError
+
+        try:
+            emitter.add(MLflowTracker(config, run_dir))
+        except TrackingError as e:
+            emitter("warning", message=f"warning: {e}; the run goes on without MLflow")
+    from promptevo.optim.strategies import update_skills, validity_report
+    from promptevo.reporting.report import finish_run
+
+    engine = Engine(config, adapter, task=task, usage=usage_of(agent_gateway, optimizer_gateway), emitter=emitter,
+                    finish=finish_run, skills_hook=update_skills if config.skills else None,
+                    validity_hook=validity_report if config.backtest else None)
+    if hasattr(adapter, "warn"):
+        adapter.warn = engine.warn  # the adapter's warnings reach the run log and the report
+    try:
+        return engine.run(initial_prompts)
+    finally:
+        emitter.close()
+
+
+def _text_game_adapter(config: OptimizeConfig, task: TaskConfig, agent_gateway: Any, optimizer_gateway: Any,
+                       agent_builder: Callable | None, runner: Callable | None,
+                       worker_setup: Callable[[], Any] | None) -> Any:
+    from promptevo.evaluation.scaleout import use_ray
+    from promptevo.optim.game_adapter import TextGameAdapter, default_runner
+
+    if use_ray(config.ray):
+        if agent_builder is not None or runner is not None:
+            raise RunError("--ray plays episodes with the built-in agents and runner; a custom agent_builder or "
+                           "runner cannot be shipped to Ray workers")
+        agent_builder, runner = _ray_builder_and_runner(config, task, agent_gateway, worker_setup)
+    if agent_builder is None:
+        from promptevo.agents.registry import make_agent
+
+        options = dict(config.agent_options)
+
+        def agent_builder(name: str, prompts: PromptSet | None) -> Callable[[], Any]:
+            opts = options if name == config.agent else {}
+            return lambda: make_agent(name, agent_gateway if name != "random" else None, prompts=prompts, task=task,
+                                      init=config.init if prompts is None and name == config.agent else "plain",
+                                      **opts)
+
+    return TextGameAdapter(config, task, agent_gateway=agent_gateway, optimizer_gateway=optimizer_gateway,
+                           agent_builder=agent_builder, runner=runner or default_runner)
+
+
+def _ray_builder_and_runner(config: OptimizeConfig, task: TaskConfig, agent_gateway: Any,
+                            setup: Callable[[], Any] | None) -> tuple[Callable, Callable]:
+    """Agents as picklable specs played as Ray tasks; the workers' LLM usage is added to ``agent_gateway``."""
+    import os
+
+    from promptevo.evaluation.scaleout import AgentSpec, RayNotInstalledError, absorb_usage, ensure_ray, run_episodes_ray
+
+    try:
+        ensure_ray(num_cpus=None if os.environ.get("RAY_ADDRESS") else config.effective_concurrency)
+    except RayNotInstalledError as e:
+        raise RunError(str(e)) from None
+
+    def builder(name: str, prompts: PromptSet | None) -> Callable[[], Any]:
+        return AgentSpec.create(name, llm=agent_gateway if name != "random" else None, prompts=prompts, task=task,
+                                setup=setup, init=config.init, **(config.agent_options if name == config.agent else {}))
+
+    def runner(task_: Any, factory: Any, seeds: Sequence[int], *, concurrency: int = 4,
+               on_result: Callable[[Any], None] | None = None, **_: Any) -> list[Any]:
+        def done(r: Any) -> None:
+            absorb_usage(agent_gateway, [r])
+            if on_result is not None:
+                on_result(r)
+
+        return run_episodes_ray(task_, factory, list(seeds), on_result=done, max_in_flight=concurrency)
+
+    return builder, runner
+
+
+def evaluate(task: str | TaskConfig, *, agent: str = "robust-cot", prompts: PromptSet | str | None = None,
+             init: str = "plain", model: str | None = None, api_base: str | None = None, episodes: int | None = None,
+             split: str = "test", seed_offset: int = 0, concurrency: int | None = None, temperature: float = 0.0,
+             max_tokens: int | None = None, max_steps: int | None = None, gateway: Any = None,
+             no_cache: bool = False, results_dir: str | None = None, run_name: str | None = None,
+             **agent_options: Any) -> dict:
+    """Play ``agent`` on ``episodes`` seeds of ``split`` (test by default) and return the summary: n,
+    success rate with its 95% Wilson interval, BALROG progression, mean progress, steps, tokens, cost.
+    With ``results_dir`` the episodes and the summary are written to ``results_dir/run_name``."""
+    from promptevo.agents.registry import agent_factory, needs_llm
+    from promptevo.evaluation.rollout import evaluate as play
+    from promptevo.evaluation.store import RunWriter
+
+    t = load_task(task) if isinstance(task, str) else task
+    if max_steps is not None:
+        t = t.model_copy(update={"max_steps": max_steps if t.max_steps is None else min(t.max_steps, max_steps)})
+    if isinstance(prompts, str):
+        prompts = PromptSet.load(prompts)
+    gw = gateway
+    if gw is None and needs_llm(agent):
+        from promptevo.llm.gateway import Gateway
+        from promptevo.llm.types import LLMConfig
+
+        kw: dict[str, Any] = {"temperature": temperature, **({"cache_dir": None} if no_cache else {})}
+        if model:
+            kw["model"] = model
+        if api_base:
+            kw["api_base"] = api_base
+        if max_tokens:
+            kw["max_tokens"] = max_tokens
+        m = kw.get("model", LLMConfig().model)
+        kw["concurrency"] = concurrency or (1 if m.startswith("local/") else 4)
+        gw = Gateway(LLMConfig(**kw))
+        gw.check()
+    conc = concurrency or (gw.config.concurrency if gw is not None else 4)
+    seeds = t.seeds(split, episodes, seed_offset)  # type: ignore[arg-type]
+    factory = agent_factory(agent, gw, prompts, task=t, init=init, **agent_options)
+    writer = None
+    if results_dir is not None:
+        from pathlib import Path
+
+        writer = RunWriter(Path(results_dir) / (run_name or f"{t.name}-{agent}"))
+    _, summary = play(t, factory, seeds, concurrency=conc, writer=writer, gateway=gw)
+    return {"task": t.name, "agent": agent, "split": split, "seeds": seeds, **summary}
+
+
+__all__ = ["ConfigError", "OptimizeConfig", "RunError", "RunResult", "evaluate", "optimize"]

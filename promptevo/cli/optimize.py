@@ -1,0 +1,148 @@
+"""``promptevo optimize``: the command line of :func:`promptevo.optimize`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
+from promptevo.optim.state import CHECKPOINT, RunError, load_checkpoint
+
+
+def _list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Optimize an agent's prompts on a task: reflect on episodes, propose segment edits, race "
+        "children on paired training seeds, promote through a statistical gate on validation seeds, and "
+        "report the test split played once at the end. Writes results/<run>/.",
+    )
+    a = p.add_argument
+    a("--task", "-t", help="task name (see `promptevo tasks`; required unless --resume)")
+    a("--agent", "-a", help="agent whose prompts are optimized (default two-stage)")
+    a("--init", help="initial default prompts: plain or guided (default plain)")
+    a("--prompts", help="initial PromptSet file (.md/.json) instead of the defaults")
+    a("--history", type=int, help="naive/robust-cot: observations kept in the messages (default 16)")
+    a("--model", "-m", help="agent LLM (LiteLLM model string; default the local model)")
+    a("--api-base", help="server URL for the agent model")
+    a("--temperature", type=float, help="agent sampling temperature (default 0)")
+    a("--optimizer-model", help="LLM for the analyzer and mutator (default: --model)")
+    a("--optimizer-api-base", help="server URL for the optimizer model")
+    a("--max-steps", type=int, help="cap on steps per episode (default: the env's own limit)")
+    a("--agent-max-tokens", type=int, help="max tokens per agent LLM call (default 512)")
+    a("--generations", "-g", type=int, help="generations (default 4)")
+    a("--children", "-k", type=int, help="children proposed per generation (default 3)")
+    a("--episodes", "-n", type=int, help="training seeds a child is compared on, paired (default 32)")
+    a("--evidence-episodes", type=int, help="training seeds the parent is analysed on (default 8)")
+    a("--validation-episodes", type=int, help="validation seeds of the promotion gate (default 150)")
+    a("--test-episodes", type=int, help="test seeds played once at the end (default 100)")
+    a("--fitness", "--metric", dest="fitness", choices=["success", "return", "progress", "progression"],
+      help="per-episode score the loop optimizes (default success; progress: the env's dense signal)")
+    a("--accept-rule", choices=["margin", "sign", "wilcoxon", "bootstrap", "always"],
+      help="training-seed acceptance of a child (default margin)")
+    a("--accept-margin", type=float, help="mean paired training difference needed (default 0)")
+    a("--promote-rule", choices=["sign", "wilcoxon", "bootstrap", "margin"],
+      help="paired test of the validation gate (default sign)")
+    a("--promote-margin", type=float, help="with --promote-rule margin: validation mean difference needed")
+    a("--alpha", type=float, help="run-wide level of the promotion tests (default 0.05)")
+    a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
+    a("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
+    a("--race-alpha", type=float, help="level at which a child worse than its parent stops early (default 0.2)")
+    a("--operators", type=_list, help="proposal operators, comma separated: mutate, delete, crossover, hints "
+      "(default mutate)")
+    a("--hints", help="hint library file (default with --operators hints: the family's shipped library)")
+    a("--no-loop-cutoff", dest="loop_cutoff", action="store_false", default=None,
+      help="play looping episodes to the step limit instead of replaying the cycle")
+    a("--optimizer-max-tokens", type=int, help="max tokens per analyzer/mutator reply (default 2048)")
+    a("--budget-calls", type=int, dest="budget_llm_calls", help="stop after this many LLM calls")
+    a("--budget-tokens", type=int, dest="budget_tokens", help="stop after this many tokens")
+    a("--budget-dollars", type=float, dest="budget_dollars", help="stop after this much spend (USD)")
+    a("--budget-episodes", type=int, dest="budget_episodes", help="stop after this many episodes")
+    a("--price-in", type=float, help="USD per million prompt tokens (models without a known price)")
+    a("--price-out", type=float, help="USD per million completion tokens")
+    a("--concurrency", "-j", type=int, help="episodes in flight (default 1 for local/ models, else 4)")
+    a("--seed", type=int, help="run seed: draws the training seeds (default 0)")
+    a("--baseline", help="agent shown as baseline in the final table ('none' to skip; default robust-cot)")
+    a("--results-dir", help="where run folders go (default results)")
+    a("--run", help="run name (default <task>-<agent>-<timestamp>)")
+    a("--resume", metavar="RUN", help="continue results/RUN (or a run folder path) with nothing re-run")
+    a("--no-cache", action="store_true", default=None, help="do not use the LLM response cache")
+    a("--ablate", action="store_true", dest="ablate_best", default=None,
+      help="at the end, measure each segment of the best prompts by removing it (validation seeds)")
+    a("--mlflow", action="store_true", default=None,
+      help="log the run to MLflow (./mlruns or MLFLOW_TRACKING_URI); needs promptevo[mlflow]")
+    s = p.add_argument_group("strategies (optional; off by default)")
+    s.add_argument("--evidence", choices=["raw", "cards", "auto"],
+                   help="analyzer reads raw trajectories (default), evidence cards, or auto")
+    s.add_argument("--cards-above", type=int, metavar="TOKENS", help="with --evidence auto: raw prompt tokens above "
+                   "which cards are used (default 4000)")
+    s.add_argument("--prune-at", type=float, metavar="RATE", help="scaffold pruning once validation success >= RATE")
+    s.add_argument("--skills", metavar="FILE", help="skill library (JSON, created if missing)")
+    s.add_argument("--skill-children", type=int, help="children per generation that insert a skill (default 1)")
+    s.add_argument("--backtest", action="store_true", default=None,
+                   help="before promoting, replay on earlier generations' seeds and run validity diagnostics")
+    s.add_argument("--backtest-episodes", type=int, help="earlier seeds replayed by --backtest (default: --episodes)")
+    s.add_argument("--ray", action="store_true", default=None,
+                   help="play episodes as Ray tasks (also when RAY_ADDRESS is set); needs promptevo[ray]")
+    a("--quiet", "-q", action="store_true", help="no progress display")
+    return p
+
+
+_NOT_CONFIG = ("resume", "quiet", "history")
+
+
+def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
+    """(config, quiet) from command-line arguments; with --resume the stored config is the base."""
+    ns = build_parser().parse_args(list(args))
+    given: dict[str, Any] = {k: v for k, v in vars(ns).items() if v is not None and k not in _NOT_CONFIG}
+    if "baseline" in given and str(given["baseline"]).lower() in ("none", "off", ""):
+        given["baseline"] = None
+    if ns.history is not None:
+        given["agent_options"] = {"history": ns.history}
+    if ns.resume:
+        path = Path(ns.resume)
+        if not (path / CHECKPOINT).exists():
+            path = Path(given.get("results_dir") or "results") / ns.resume
+        base = load_checkpoint(path).config.model_dump()
+        base.update(given)
+        base.update({"resume": True, "run": str(path), "results_dir": str(path.parent)})
+        return validate_config(base), bool(ns.quiet)
+    if not given.get("task"):
+        raise ConfigError("missing --task (see `promptevo tasks`), or --resume RUN")
+    cfg = validate_config(given)
+    if cfg.run is None:
+        cfg = cfg.model_copy(update={"run": cfg.run_path().name})
+    return cfg, bool(ns.quiet)
+
+
+def cli_main(args: Sequence[str]) -> int:
+    """Entry point of ``promptevo optimize``; returns the exit code."""
+    from rich.console import Console
+
+    from promptevo.api import optimize
+    from promptevo.cli.errors import user_error_types
+
+    err = Console(stderr=True)
+    try:
+        cfg, quiet = config_from_args(args)
+    except SystemExit as e:  # argparse --help / usage errors
+        return int(e.code or 0)
+    except (ConfigError, RunError) as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        return 2
+    try:
+        res = optimize(cfg, quiet=quiet)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: nothing finished is lost; continue with `promptevo optimize --resume "
+                  f"{cfg.run_path()}`", highlight=False)
+        return 130
+    except (RunError, ConfigError, *user_error_types()) as e:
+        err.print(f"[bold red]error:[/] {' '.join(str(e).split())}", highlight=False)
+        return 2
+    Console().print(f"best prompts: {res.run_dir / 'best.md'} | report: {res.run_dir / 'report.md'}")
+    return 0

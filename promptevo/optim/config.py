@@ -1,0 +1,140 @@
+"""Settings of one optimization run (:class:`OptimizeConfig`), stored in the run's checkpoint."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Fitness = Literal["success", "return", "progress", "progression"]
+AcceptRule = Literal["margin", "sign", "wilcoxon", "bootstrap", "always"]
+PromoteRule = Literal["sign", "wilcoxon", "bootstrap", "margin"]
+Operator = Literal["mutate", "delete", "crossover", "hints"]
+DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; ``str(e)`` is one line naming the option."""
+
+
+class OptimizeConfig(BaseModel):
+    """Settings of one optimization run (``extra`` keys are refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # what is optimized
+    task: str
+    agent: str = "two-stage"
+    init: str = Field(default="plain", description="initial default prompts (plain or guided)")
+    prompts: str | None = Field(default=None, description="initial PromptSet file (.md/.json); overrides init")
+    agent_options: dict[str, Any] = Field(default_factory=dict, description="agent keyword options, e.g. history")
+    # models
+    model: str = DEFAULT_MODEL
+    api_base: str | None = None
+    optimizer_model: str | None = Field(default=None, description="defaults to model")
+    optimizer_api_base: str | None = Field(default=None, description="defaults to api_base when the models match")
+    no_cache: bool = False
+    temperature: float = Field(default=0.0, ge=0, description="agent sampling temperature")
+    max_steps: int | None = Field(default=None, ge=1, description="cap on steps per episode (default: the "
+                                  "env's own limit, BALROG's 64/128 for BabyAI)")
+    agent_max_tokens: int = Field(default=512, ge=16, description="max tokens per agent LLM call")
+    price_in: float | None = Field(default=None, ge=0, description="USD per million prompt tokens, for models "
+                                   "without a known price")
+    price_out: float | None = Field(default=None, ge=0, description="USD per million completion tokens")
+    # the loop
+    generations: int = Field(default=4, ge=0)
+    children: int = Field(default=3, ge=1, description="children proposed per generation")
+    episodes: int = Field(default=32, ge=1, description="training seeds a child is compared on (paired; raced in "
+                          "batches of a quarter, a half, all)")
+    evidence_episodes: int | None = Field(default=8, ge=1, description="training seeds the parent is played on for "
+                                          "the analyzer's evidence; disjoint from the acceptance seeds")
+    validation_episodes: int = Field(default=150, ge=1, description="validation seeds of the promotion gate")
+    test_episodes: int = Field(default=100, ge=1, description="test seeds played once at the end")
+    final_test: bool = Field(default=True, description="play the test split at the end (a curriculum's stages "
+                             "do not: the curriculum plays its target's test seeds once, at its end)")
+    fitness: Fitness = Field(default="success", description="per-episode score the loop optimizes")
+    accept_rule: AcceptRule = "margin"
+    accept_margin: float = Field(default=0.0, description="mean paired training difference needed")
+    promote_rule: PromoteRule = "sign"
+    promote_margin: float = Field(default=0.0, description="with promote_rule margin: mean validation difference")
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="run-wide level of the promotion tests")
+    correction: Literal["bonferroni", "none"] = Field(default="bonferroni", description="split alpha over "
+                                                      "the generations' promotion tests")
+    race: bool = Field(default=True, description="evaluate children on growing batches; stop hopeless ones")
+    race_alpha: float = Field(default=0.2, gt=0, lt=1, description="level at which a child that is worse than "
+                              "its parent is stopped early")
+    operators: list[Operator] = Field(default_factory=lambda: ["mutate"], description="proposal operators")
+    hints: str | None = Field(default=None, description="hint library file, or 'builtin' for the family's "
+                              "shipped library (used by the hints operator)")
+    loop_cutoff: bool = Field(default=True, description="stop an episode whose state repeats exactly "
+                              "(deterministic agents only)")
+    # budgets (the final test evaluation always runs)
+    budget_llm_calls: int | None = Field(default=None, ge=1)
+    budget_tokens: int | None = Field(default=None, ge=1)
+    budget_dollars: float | None = Field(default=None, gt=0)
+    budget_episodes: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, description="episodes in flight (default: 1 for "
+                                    "local/ models, 4 otherwise)")
+    seed: int = 0
+    baseline: str | None = Field(default="robust-cot", description="agent shown as baseline in the report")
+    ablate_best: bool = Field(default=False, description="at the end, re-run validation seeds with each segment "
+                              "of the best prompts removed (counterfactual ablation)")
+    # the optimizer LLM
+    max_trajectories: int = Field(default=6, ge=1)
+    max_steps_shown: int = Field(default=30, ge=4)
+    optimizer_temperature: float = Field(default=0.7, ge=0)
+    optimizer_max_tokens: int = Field(default=2048, ge=64)
+    # optional strategies (off by default)
+    evidence: Literal["raw", "cards", "auto"] = "raw"
+    cards_above: int = Field(default=4000, ge=0)
+    prune_at: float | None = Field(default=None, ge=0, le=1)
+    skills: str | None = None
+    skill_children: int = Field(default=1, ge=0)
+    backtest: bool = False
+    backtest_episodes: int | None = Field(default=None, ge=1)
+    ray: bool = False
+    mlflow: bool = False
+    # where
+    results_dir: str = "results"
+    run: str | None = Field(default=None, description="run name; default <task>-<agent>-<timestamp>")
+    resume: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "OptimizeConfig":
+        if "hints" in self.operators and not self.hints:
+            object.__setattr__(self, "hints", "builtin")
+        return self
+
+    def run_path(self) -> Path:
+        name = self.run or f"{self.task}-{self.agent}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        p = Path(name)
+        return p if (p.is_absolute() or len(p.parts) > 1) else Path(self.results_dir) / name
+
+    @property
+    def effective_concurrency(self) -> int:
+        if self.concurrency is not None:
+            return self.concurrency
+        return 1 if self.model.startswith("local/") else 4
+
+    @property
+    def effective_evidence_episodes(self) -> int:
+        return self.evidence_episodes or self.episodes
+
+
+#: Fields that must not change when a run is resumed (they define what the stored episodes mean).
+IDENTITY_FIELDS = ("task", "agent", "init", "prompts", "agent_options", "model", "seed", "episodes",
+                   "evidence_episodes", "validation_episodes", "test_episodes", "fitness", "max_steps",
+                   "agent_max_tokens", "temperature")
+
+
+def validate_config(given: dict[str, Any]) -> OptimizeConfig:
+    """OptimizeConfig from option values; a bad value is one ConfigError line naming its flag."""
+    try:
+        return OptimizeConfig.model_validate(given)
+    except ValidationError as e:
+        d = e.errors()[0]
+        flag = "-".join(str(x).replace("_", "-") for x in d.get("loc", ()))
+        msg = str(d.get("msg", "")).removeprefix("Value error, ")
+        raise ConfigError(f"--{flag}: {msg}" if flag else msg) from None

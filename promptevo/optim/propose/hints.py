@@ -1,0 +1,166 @@
+"""The hint library: candidate rules shipped as data, one file per env family, that the ``hints``
+operator inserts into a prompt, one rule per child.
+
+A weak optimizer LLM cannot be relied on to write the rule that fixes a failure; it can be relied on to
+try rules someone wrote down and keep the ones that win on paired seeds. The library is an explicit,
+optional source (``--operators hints``, ``--hints FILE``); prompt initializations never contain it.
+
+File format (TOML; ``prompts/hints/<family>.toml`` ships with promptevo)::
+
+    [[hint]]
+    id = "turn-to-side"                 # unique, lowercase; the inserted segment is named hint-<id>
+    text = "If your target ... turn towards it."
+    target = "act"                      # act: the module that picks the action; perceive: the descriptor
+    tags = ["target_visible_not_approached"]   # behaviour signatures it addresses (ranking)
+    tasks = ["goto", "pickup"]          # optional; empty or absent: every task of the family
+
+A malformed entry is one clear error naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from promptevo.resources import prompts_dir
+from promptevo.segments import Edit, PromptSet, apply_edit, sanitize_text
+
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+FORMAT_SEGMENTS = ("format", "output_format")
+
+
+class HintLibraryError(ValueError):
+    """The hint file is missing or malformed; ``str(e)`` is one line."""
+
+
+@dataclass(frozen=True)
+class Hint:
+    id: str
+    text: str
+    target: str = "act"
+    tags: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+
+    @property
+    def segment(self) -> str:
+        return f"hint-{self.id}"
+
+
+@dataclass
+class HintLibrary:
+    path: Path
+    hints: list[Hint] = field(default_factory=list)
+
+    def for_task(self, task: str) -> list[Hint]:
+        return [h for h in self.hints if not h.tasks or task in h.tasks]
+
+
+def builtin_path(family: str) -> Path:
+    return prompts_dir() / "hints" / f"{family}.toml"
+
+
+def load_hints(path: str | Path) -> HintLibrary:
+    """Read and check a hint file (HintLibraryError, one line, on any problem)."""
+    path = Path(path)
+    if not path.is_file():
+        raise HintLibraryError(f"hint library not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise HintLibraryError(f"{path}: not valid TOML: {e}") from None
+    raw = data.get("hint")
+    if not isinstance(raw, list) or not raw:
+        raise HintLibraryError(f"{path}: no [[hint]] entries")
+    hints: list[Hint] = []
+    seen: set[str] = set()
+    for i, h in enumerate(raw, 1):
+        where = f"{path}: hint #{i}"
+        if not isinstance(h, dict):
+            raise HintLibraryError(f"{where}: not a table")
+        unknown = set(h) - {"id", "text", "target", "tags", "tasks"}
+        if unknown:
+            raise HintLibraryError(f"{where}: unknown key {sorted(unknown)[0]!r} (valid: id, text, target, tags, tasks)")
+        hid, text = h.get("id"), h.get("text")
+        if not isinstance(hid, str) or not _ID_RE.match(hid):
+            raise HintLibraryError(f"{where}: id must be lowercase letters, digits and '-' (got {hid!r})")
+        if hid in seen:
+            raise HintLibraryError(f"{where}: duplicate id {hid!r}")
+        if not isinstance(text, str) or not sanitize_text(text).strip():
+            raise HintLibraryError(f"{where} ({hid}): text must be a non-empty string")
+        target = h.get("target", "act")
+        if target not in ("act", "perceive"):
+            raise HintLibraryError(f"{where} ({hid}): target must be act or perceive (got {target!r})")
+        lists = {}
+        for key in ("tags", "tasks"):
+            v = h.get(key, [])
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise HintLibraryError(f"{where} ({hid}): {key} must be a list of strings")
+            lists[key] = tuple(v)
+        seen.add(hid)
+        hints.append(Hint(hid, sanitize_text(text).strip(), target, lists["tags"], lists["tasks"]))
+    return HintLibrary(path, hints)
+
+
+def target_module(prompts: PromptSet, target: str) -> str:
+    """The module a hint goes into: the descriptor for ``perceive`` when there is one, else the module
+    that picks the action (``actor``, or the single module of a one-call agent)."""
+    names = prompts.module_names
+    if target == "perceive" and "descriptor" in names:
+        return "descriptor"
+    return "actor" if "actor" in names else names[0]
+
+
+def hint_edit(hint: Hint, prompts: PromptSet) -> Edit:
+    """The ``add`` edit inserting ``hint`` before the module's answer-format segment."""
+    module = target_module(prompts, hint.target)
+    names = prompts.module(module).names
+    fmt = next((i for i, n in enumerate(names) if n in FORMAT_SEGMENTS), len(names))
+    after = names[fmt - 1] if fmt > 0 else None
+    return Edit(op="add", module=module, segment=hint.segment, text=hint.text,
+                rationale=f"hint library rule {hint.id}" + (f" (for {', '.join(hint.tags)})" if hint.tags else ""),
+                after=after)
+
+
+def rank_hints(hints: Iterable[Hint], signature_kinds: Iterable[str]) -> list[Hint]:
+    """Hints whose tags match the parent's behaviour signatures first (in the signatures' order), then the
+    rest in file order."""
+    kinds = list(signature_kinds)
+    order = {k: i for i, k in enumerate(kinds)}
+
+    def key(h: tuple[int, Hint]) -> tuple[int, int]:
+        idx, hint = h
+        hits = [order[t] for t in hint.tags if t in order]
+        return (min(hits) if hits else len(kinds) + 1, idx)
+
+    return [h for _, h in sorted(enumerate(hints), key=key)]
+
+
+def propose_hints(prompts: PromptSet, library: HintLibrary, *, task: str, n: int, tried: set[str],
+                  signature_kinds: Iterable[str] = (), skip: Iterable[str] = ()) -> list[tuple[Hint, Edit, PromptSet]]:
+    """Up to ``n`` children, each inserting one hint the prompt does not hold yet and whose child was not
+    tried before (by fingerprint). ``skip``: hint ids already tried in this run."""
+    present = {s.name for _, p in prompts.modules for s in p.segments}
+    skip = set(skip)
+    out = []
+    for hint in rank_hints(library.for_task(task), signature_kinds):
+        if len(out) >= n:
+            break
+        if hint.segment in present or hint.id in skip:
+            continue
+        edit = hint_edit(hint, prompts)
+        try:
+            child = apply_edit(prompts, edit)
+        except ValueError:
+            continue
+        if child.fingerprint() in tried:
+            continue
+        tried.add(child.fingerprint())
+        out.append((hint, edit, child))
+    return out
+
+
+def describe_library(library: HintLibrary) -> dict[str, Any]:
+    return {"path": str(library.path), "hints": len(library.hints)}

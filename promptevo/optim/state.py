@@ -1,0 +1,192 @@
+"""The state of an optimization run and its checkpoint.
+
+:class:`RunState` holds every candidate (with lineage, per-seed records per split, decisions), one
+:class:`GenerationRecord` per generation (which records how far the generation got, so a resumed run
+continues exactly there), the seeds of each split and the usage so far. :func:`save_checkpoint` writes it
+atomically after every step; :func:`load_checkpoint` reads it back (one clear error when it is corrupt).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from promptevo.fileio import write_json_atomic
+from promptevo.optim.config import OptimizeConfig
+from promptevo.segments import PromptSet
+
+CHECKPOINT = "checkpoint.json"
+CHECKPOINT_VERSION = 2
+SplitName = Literal["train", "validation", "test"]
+
+
+class RunError(RuntimeError):
+    """A run cannot start or continue; ``str(e)`` is one line meant for the user."""
+
+
+class Candidate(BaseModel):
+    """One prompt set tried by the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    fingerprint: str
+    prompts: dict
+    parent: str | None = None
+    generation: int = 0
+    operator: str = "initial"  # initial | mutate | delete | crossover | hint | skill | prune
+    source: dict | None = None  # operator details: hint id, skill id, crossover parents, ablation row
+    edit: dict | None = None
+    analysis: str | None = None  # path of the generation's evidence file (relative to the run dir)
+    train: dict[str, dict] = Field(default_factory=dict)  # seed -> compact record
+    validation: dict[str, dict] = Field(default_factory=dict)
+    test: dict[str, dict] = Field(default_factory=dict)
+    race: dict | None = None  # rounds played, stop reason
+    verdict: dict | None = None  # training-seed acceptance against the parent
+    gate: dict | None = None  # validation gate
+    status: str = "new"  # new | initial | stopped | accepted | rejected | promoted | not-promoted | vetoed
+    tokens: int = 0
+    cost: float = 0.0
+    prompt_tokens_saved: int | None = None
+    validity: dict | None = None
+
+    def prompt_set(self) -> PromptSet:
+        return PromptSet.from_dict(self.prompts)
+
+    def records(self, split: SplitName) -> dict[str, dict]:
+        return getattr(self, split)
+
+    def scores(self, split: SplitName, seeds: list[int] | None = None, key: str = "score") -> dict[int, float]:
+        """Per-seed scores (``key``: score, success, return, progress, progression) on ``split``."""
+        keep = None if seeds is None else {int(s) for s in seeds}
+        return {int(s): float(r.get(key) or 0.0) for s, r in self.records(split).items()
+                if keep is None or int(s) in keep}
+
+
+class GenerationRecord(BaseModel):
+    """How far a generation got; every step is persisted before the next starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    parent: str
+    mode: Literal["mutate", "prune"] = "mutate"
+    evidence_seeds: list[int]
+    accept_seeds: list[int]
+    evidence: str | None = None  # path of analyses/gen-NNN.json once reflected
+    evidence_kind: str | None = None  # raw | cards | none
+    children: list[str] = Field(default_factory=list)
+    proposed: bool = False
+    raced: bool = False
+    gate: dict | None = None
+    skills_applied: bool = False
+    done: bool = False
+    optimizer_usage: dict[str, dict] = Field(default_factory=dict)
+    episodes_saved: int = 0  # training episodes racing did not play
+
+
+class RunState(BaseModel):
+    """Everything a run needs to continue after a crash."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = CHECKPOINT_VERSION
+    created: float = Field(default_factory=time.time)
+    updated: float = Field(default_factory=time.time)
+    config: OptimizeConfig
+    splits: dict[str, list[int]] = Field(default_factory=dict)  # seeds each split may use
+    candidates: dict[str, Candidate] = Field(default_factory=dict)
+    generations: list[GenerationRecord] = Field(default_factory=list)
+    history: list[dict] = Field(default_factory=list)  # edits and outcomes, read by the mutator
+    initial_id: str = "c0"
+    best_id: str = "c0"
+    baseline: dict = Field(default_factory=dict)  # {"agent", "key", "test": {seed: record}}
+    phase: Literal["optimize", "final", "done"] = "optimize"
+    played: dict[str, list[int]] = Field(default_factory=dict)  # split -> seeds actually played
+    usage: dict = Field(default_factory=lambda: {"calls": 0, "tokens": 0, "cost": 0.0})
+    episodes_run: int = 0
+    wall_s: float = 0.0  # seconds spent in this run, over every resume
+    store_lines: int = 0  # episode-store lines the usage above covers (a crash can leave more)
+    stop_reason: str = ""
+    warnings: list[str] = Field(default_factory=list)
+    final: dict = Field(default_factory=dict)  # final test table once computed
+
+    def gen(self, g: int) -> GenerationRecord | None:
+        for rec in self.generations:
+            if rec.index == g:
+                return rec
+        return None
+
+    def next_id(self) -> str:
+        return f"c{len(self.candidates)}"
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[self.best_id]
+
+    @property
+    def initial(self) -> Candidate:
+        return self.candidates[self.initial_id]
+
+
+def save_checkpoint(run_dir: Path, state: RunState) -> None:
+    state.updated = time.time()
+    # compact: the C encoder (indented JSON goes through the pure-Python one, 10x slower on big runs)
+    write_json_atomic(run_dir / CHECKPOINT, state.model_dump(mode="json"), indent=None)
+
+
+def load_checkpoint(run_dir: str | Path) -> RunState:
+    path = Path(run_dir) / CHECKPOINT
+    if not path.exists():
+        raise RunError(f"no checkpoint to resume: {path} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"checkpoint version {data.get('version')!r}; this promptevo reads version "
+                             f"{CHECKPOINT_VERSION} (start a new run)")
+        state = RunState.model_validate(data)
+        if state.initial_id not in state.candidates or state.best_id not in state.candidates:
+            raise ValueError("initial_id/best_id not among candidates")
+    except (ValueError, KeyError, TypeError, ValidationError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise RunError(f"corrupt checkpoint {path}: {msg}") from None
+    return state
+
+
+def resolve_run_dir(run: str, results_dir: str = "results") -> Path:
+    """A run folder given as a path, or as a run name under ``results_dir`` (command-line convenience)."""
+    run_dir = Path(run)
+    if not (run_dir / CHECKPOINT).exists() and (Path(results_dir) / run / CHECKPOINT).exists():
+        run_dir = Path(results_dir) / run
+    return run_dir
+
+
+def lineage(candidates: dict[str, Candidate], cid: str) -> list[Candidate]:
+    """Candidates from the initial prompt to ``cid`` (inclusive), oldest first."""
+    out, seen = [], set()
+    cur: str | None = cid
+    while cur is not None and cur in candidates and cur not in seen:
+        seen.add(cur)
+        out.append(candidates[cur])
+        cur = candidates[cur].parent
+    return list(reversed(out))
+
+
+def record_of(ep: dict, score: float) -> dict:
+    """The compact per-seed record a candidate keeps of an episode."""
+    return {
+        "success": bool(ep.get("success")),
+        "score": float(score),
+        "return": float(ep.get("return_", ep.get("return", 0.0)) or 0.0),
+        "progression": float(ep.get("progression") or 0.0),
+        "progress": float(ep.get("progress") if ep.get("progress") is not None else float(bool(ep.get("success")))),
+        "steps": int(ep.get("steps") or 0),
+        "tokens": int(ep.get("prompt_tokens") or 0) + int(ep.get("completion_tokens") or 0),
+        "cost": float(ep.get("cost") or 0.0),
+    }

@@ -1,0 +1,251 @@
+"""The report of an optimization run: the final test table and what the loop did.
+
+Every success figure in it is measured on the test split, played once after the last generation: the
+random floor (the ``random`` agent), the baseline agent, the initial and the best prompts, each with n
+and a 95% Wilson interval, and the paired tests of best vs initial and best vs baseline on the same seeds.
+Validation and training numbers appear only as what the loop decided on, never as a prompt's score.
+
+:func:`finish_run` (the engine's last step) plays the test seeds and writes ``report.json``,
+``report.md``, ``best.md``/``best.json`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
+from promptevo.evaluation.statistics import summarize_records
+from promptevo.fileio import write_json_atomic, write_text_atomic
+from promptevo.optim.propose.pruner import prompt_tokens
+from promptevo.optim.state import Candidate, RunState, lineage, record_of
+from promptevo.segments import PromptSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptevo.optim.engine import Engine
+
+log = logging.getLogger(__name__)
+
+FLOOR_AGENT = "random"
+ACCEPTED = ("accepted", "promoted", "not-promoted", "vetoed")
+
+
+def _usage_tokens(u: dict | None) -> int:
+    u = u or {}
+    return int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+
+
+def operator_counts(st: RunState) -> dict[str, dict[str, int]]:
+    """Per proposal operator: children proposed, stopped early by racing, accepted on training seeds,
+    promoted by the validation gate."""
+    out: dict[str, dict[str, int]] = {}
+    for c in st.candidates.values():
+        if c.operator == "initial":
+            continue
+        row = out.setdefault(c.operator, {"proposed": 0, "stopped": 0, "accepted": 0, "promoted": 0})
+        row["proposed"] += 1
+        row["stopped"] += c.status == "stopped"
+        row["accepted"] += c.status in ACCEPTED
+        row["promoted"] += c.status == "promoted"
+    return dict(sorted(out.items()))
+
+
+def strategy_summary(st: RunState) -> dict:
+    """Figures of the optional strategies (a pure function of the run state)."""
+    cfg = st.config
+    gens = []
+    for rec in sorted(st.generations, key=lambda r: r.index):
+        by_step = {k: _usage_tokens(v) for k, v in rec.optimizer_usage.items()}
+        gens.append({"generation": rec.index, "mode": rec.mode, "evidence": rec.evidence_kind,
+                     "optimizer_tokens": by_step, "optimizer_tokens_total": sum(by_step.values()),
+                     "episodes_saved_by_racing": rec.episodes_saved})
+    init, best = st.initial, st.best
+    cands = list(st.candidates.values())
+
+    def mean_tokens(gs: list[dict]) -> float:
+        return sum(g["optimizer_tokens_total"] for g in gs) / len(gs) if gs else 0.0
+
+    spent = [g for g in gens if g["optimizer_tokens"]]
+    return {
+        "enabled": {"evidence": cfg.evidence, "prune_at": cfg.prune_at, "skills": cfg.skills,
+                    "backtest": cfg.backtest, "ray": cfg.ray, "operators": list(cfg.operators), "hints": cfg.hints},
+        "generations": gens,
+        "mean_optimizer_tokens_per_generation": mean_tokens(spent),
+        "mean_optimizer_tokens_by_mode": {m: mean_tokens([g for g in spent if g["mode"] == m])
+                                          for m in sorted({g["mode"] for g in spent})},
+        "prompt_tokens": {"initial": prompt_tokens(init.prompt_set()), "best": prompt_tokens(best.prompt_set())},
+        "pruned": [{"candidate": c.id, "edit": c.edit, "saved": c.prompt_tokens_saved, "status": c.status}
+                   for c in cands if c.operator == "prune"],
+        "vetoed": [{"candidate": c.id, "vetoes": (c.validity or {}).get("vetoes", [])} for c in cands
+                   if c.status == "vetoed"],
+        "validity_checked": sum(1 for c in cands if c.validity is not None),
+        "skill_children": [{"candidate": c.id, "skill": (c.source or {}).get("skill"), "status": c.status}
+                           for c in cands if c.operator == "skill"],
+    }
+
+
+def _row(name: str, records: dict, candidate: Candidate | None = None) -> dict:
+    row = {"name": name, "candidate": candidate.id if candidate else None, **summarize_records(records)}
+    if candidate is not None:
+        row["fingerprint"] = candidate.fingerprint
+    return row
+
+
+def build_report(engine: "Engine") -> dict:
+    from promptevo.optim.engine import test_comparison
+
+    st, cfg = engine.state, engine.cfg
+    init, best = st.initial, st.best
+    rows: list[dict] = []
+    if not cfg.final_test:  # a curriculum stage: no test split; what the stage selected on, labelled so
+        validation_rows = [_row(f"initial ({cfg.agent}) [validation: selection split, not a score]", init.validation, init),
+                           _row(f"best ({best.id}) [validation: selection split, not a score]", best.validation, best)]
+    else:
+        validation_rows = []
+    if st.final.get("floor"):
+        rows.append(_row(f"random floor ({FLOOR_AGENT} agent)", st.final["floor"]))
+    if st.baseline.get("test"):
+        rows.append(_row(f"baseline ({st.baseline['agent']})", st.baseline["test"]))
+    if cfg.final_test:
+        rows.append(_row(f"initial ({cfg.agent}, {cfg.init})", init.test, init))
+        rows.append(_row(f"best ({cfg.agent}, {best.id})", best.test, best))
+    comparisons = {"best_vs_initial": test_comparison(init.test, best.test)} if cfg.final_test else {}
+    if st.baseline.get("test"):
+        comparisons["best_vs_baseline"] = test_comparison(st.baseline["test"], best.test)
+    gens_done = sum(1 for g in st.generations if g.done)
+    report = {
+        "run": str(engine.run_dir),
+        "task": cfg.task,
+        "agent": cfg.agent,
+        "model": cfg.model,
+        "optimizer_model": cfg.optimizer_model or cfg.model,
+        "fitness": cfg.fitness,
+        "test_split": {"n": len(engine.test_seeds()) if cfg.final_test else 0,
+                       "seeds": engine.test_seeds() if cfg.final_test else [],
+                       "note": "played once, after the last generation" if cfg.final_test else "not played (final_test off)"},
+        "validation_rows": validation_rows,
+        "splits": {"train_seeds_used": len(st.splits.get("train", [])),
+                   "validation_seeds": len(st.splits.get("validation", [])),
+                   "test_seeds": len(st.splits.get("test", []))},
+        "rows": rows,
+        "comparisons": comparisons,
+        "best_id": best.id,
+        "generations_done": gens_done,
+        "candidates": len(st.candidates),
+        "accepted": sum(1 for c in st.candidates.values() if c.status in ACCEPTED),
+        "promoted": sum(1 for c in st.candidates.values() if c.status == "promoted"),
+        "operators": operator_counts(st),
+        "racing": {"episodes_saved": sum(g.episodes_saved for g in st.generations),
+                   "children_stopped": sum(1 for c in st.candidates.values() if c.status == "stopped")},
+        "lineage": [c.id for c in lineage(st.candidates, best.id)],
+        "usage": engine.usage(),
+        "episodes_run": engine.episodes_total,
+        "wall_s": round(engine.wall_s, 1),
+        "stop_reason": st.stop_reason,
+        "warnings": list(st.warnings),
+        "signatures": st.final.get("signatures", {}),
+        "config": cfg.model_dump(),
+        "strategies": strategy_summary(st),
+    }
+    abl = engine.run_dir / "ablation.json"
+    if abl.exists():
+        import json
+
+        report["ablation"] = json.loads(abl.read_text(encoding="utf-8"))
+    return report
+
+
+def fmt_rate(row: dict) -> str:
+    lo, hi = row["ci95"]
+    return f"{row['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
+def markdown_table(report: dict) -> str:
+    lines = [f"Test split: n = {report['test_split']['n']} seeds (played once, at the end). Success with 95% "
+             "Wilson interval.", "",
+             "| prompts | n | success [95% CI] | mean progress | mean return | tokens |", "|---|---|---|---|---|---|"]
+    for r in report["rows"] or report.get("validation_rows") or []:
+        lines.append(f"| {r['name']} | {r['n']} | {fmt_rate(r)} | {r.get('mean_progress', 0.0):.3f} | "
+                     f"{r['mean_return']:.3f} | {r['tokens']:,} |")
+    for name, c in report.get("comparisons", {}).items():
+        lines.append("")
+        lines.append(f"{name.replace('_', ' ')}: {c['wins']} seeds won, {c['losses']} lost, {c['ties']} tied; "
+                     f"mean difference {c['mean_diff']:+.3f}; exact sign test (two-sided) p = {c['p_value']:.3g}")
+    return "\n".join(lines)
+
+
+def _markdown(report: dict) -> str:
+    md = [f"# promptevo run {Path(report['run']).name}", "",
+          f"Task `{report['task']}`, agent `{report['agent']}`, model `{report['model']}`, optimizer "
+          f"`{report['optimizer_model']}`, fitness `{report['fitness']}`. Stopped: {report['stop_reason']}.", "",
+          markdown_table(report), "",
+          f"Generations: {report['generations_done']}, candidates: {report['candidates']}, accepted on training "
+          f"seeds: {report['accepted']}, promoted by the validation gate: {report['promoted']}. Racing stopped "
+          f"{report['racing']['children_stopped']} children early and saved {report['racing']['episodes_saved']} "
+          "training episodes.", "",
+          "| operator | proposed | stopped early | accepted | promoted |", "|---|---|---|---|---|"]
+    md += [f"| {op} | {v['proposed']} | {v['stopped']} | {v['accepted']} | {v['promoted']} |"
+           for op, v in report["operators"].items()] or ["| - | 0 | 0 | 0 | 0 |"]
+    u = report["usage"]
+    md += ["", f"Usage: {u.get('calls', 0)} LLM calls, {u.get('tokens', 0):,} tokens, ${u.get('cost', 0.0):.4f}; "
+           f"wall time {report['wall_s']:.0f} s.", "",
+           "Lineage of the best prompts: " + " -> ".join(report["lineage"]), ""]
+    sigs = report.get("signatures") or {}
+    for who in ("initial", "best"):
+        if sigs.get(who):
+            md += [f"Behaviour signatures of the {who} prompts on the test seeds:", ""]
+            md += [f"- {s['kind']}: {s['episodes']} episodes ({s['share']:.0%}); {s['detail']}" for s in sigs[who][:6]]
+            md.append("")
+    if report.get("warnings"):
+        md += ["Warnings:", ""] + [f"- {w}" for w in report["warnings"]] + [""]
+    if "ablation" in report:
+        md += ["## Segment ablation of the best prompts (validation seeds)", "",
+               "| segment removed | n | change in success | change in score |", "|---|---|---|---|"]
+        md += [f"| {r['module']}.{r['segment']} | {r['n']} | {r['delta_success']:+.1%} | {r['delta_return']:+.3f} |"
+               for r in report["ablation"]["rows"]]
+        md.append("")
+    return "\n".join(md)
+
+
+def write_report(run_dir: Path, report: dict, st: RunState) -> None:
+    write_json_atomic(run_dir / "report.json", report)
+    write_text_atomic(run_dir / "report.md", _markdown(report))
+    best = st.best
+    meta = {"task": st.config.task, "agent": st.config.agent, "run": run_dir.name, "candidate": best.id}
+    best_ps = PromptSet(best.prompt_set().modules, tuple(meta.items()))
+    best_ps.save(run_dir / "best.md")
+    best_ps.save(run_dir / "best.json")
+
+
+def finish_run(engine: "Engine") -> dict:
+    """The engine's final step: test evaluation (floor, baseline, initial, best), then the report files."""
+    st, cfg = engine.state, engine.cfg
+    ts = engine.test_seeds() if cfg.final_test else []
+    if cfg.final_test and "floor" not in st.final:
+        engine.emit("phase", generation=None, text=f"test: random floor on {len(ts)} seeds")
+        eps = engine.play(f"floor:{FLOOR_AGENT}", None, ts, "test", agent=FLOOR_AGENT)
+        st.final["floor"] = {str(s): record_of(e, engine.adapter.score(e)) for s, e in eps.items()}
+    if cfg.final_test:
+        engine.final_evaluation(cfg.baseline)
+    if cfg.ablate_best and not st.final.get("ablated"):
+        from promptevo.reporting.ablation import ablate_best
+
+        ablate_best(engine)
+        st.final["ablated"] = True
+    sigs = {}
+    for who, c in (("initial", st.initial), ("best", st.best)):
+        eps = [e for s in ts if (e := engine.store.get(c.fingerprint, s)) is not None]
+        sigs[who] = signatures_to_dict(summarize_signatures(eps, family=engine.task.family))
+    st.final["signatures"] = sigs
+    engine.checkpoint()
+    report = build_report(engine)
+    write_report(engine.run_dir, report, st)
+    engine.emit("final", table=markdown_table(report), report=report)
+    try:  # the HTML report is a convenience: its failure never fails the run
+        from promptevo.reporting.html import write_html
+
+        write_html(engine.run_dir)
+    except Exception as e:  # noqa: BLE001
+        engine.warn(f"warning: report.html not written ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    return report
