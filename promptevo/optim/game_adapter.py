@@ -208,21 +208,8 @@ class TextGameAdapter:
         quota = _quotas(ops, want - len(batch.proposals))
         sig_kinds = [s["kind"] for s in evidence.get("signatures", [])]
         for op in ops:
-            k = quota.get(op, 0)
-            if k <= 0:
-                continue
-            if op == "hints":
-                lib = self.hint_library()
-                tried_hints = {((h.get("source") or {}).get("hint")) for h in ctx.history}
-                for hint, edit, child in propose_hints(parent, lib, task=self.task.name, n=k, tried=ctx.tried,
-                                                       signature_kinds=sig_kinds, skip=tried_hints):
-                    batch.proposals.append(Proposal(child, "hint", edit.to_dict(), {"hint": hint.id}))
-            elif op == "crossover":
-                for other, child in propose_crossovers(parent, ctx.archive, parent_id=ctx.archive_parent, n=k,
-                                                       tried=ctx.tried, seed=ctx.seed):
-                    batch.proposals.append(Proposal(child, "crossover", None, {"parents": [ctx.archive_parent, other]}))
-            elif op == "delete":
-                batch.proposals += self._ablation_deletions(parent, evidence, ctx, k, batch)
+            if op != "mutate":
+                self._run_operator(op, parent, evidence, ctx, quota.get(op, 0), batch, sig_kinds)
         # the LLM mutator fills what the other operators could not
         n_llm = want - len(batch.proposals)
         if n_llm > 0 and "mutate" in ops:
@@ -249,7 +236,36 @@ class TextGameAdapter:
                 batch.log.append(f"{len(props.rejected)} mutator edits rejected")
             if props.error and not props.edits:
                 batch.log.append(f"mutator: {props.error}")
+        # a weak optimizer LLM often returns nothing usable: the other operators fill the free slots
+        for op in ops:
+            free = want - len(batch.proposals)
+            if free <= 0:
+                break
+            if op != "mutate":
+                before = len(batch.proposals)
+                self._run_operator(op, parent, evidence, ctx, free, batch, sig_kinds)
+                if len(batch.proposals) > before:
+                    batch.log.append(f"{op} filled {len(batch.proposals) - before} slot(s) the mutator left")
         return batch
+
+    def _run_operator(self, op: str, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,
+                      batch: ProposalBatch, sig_kinds: list[str]) -> None:
+        """Add up to ``k`` children of one non-LLM operator to ``batch``."""
+        if k <= 0:
+            return
+        if op == "hints":
+            lib = self.hint_library()
+            tried_hints = {((h.get("source") or {}).get("hint")) for h in ctx.history}
+            tried_hints |= {(p.source or {}).get("hint") for p in batch.proposals}
+            for hint, edit, child in propose_hints(parent, lib, task=self.task.name, n=k, tried=ctx.tried,
+                                                   signature_kinds=sig_kinds, skip=tried_hints):
+                batch.proposals.append(Proposal(child, "hint", edit.to_dict(), {"hint": hint.id}))
+        elif op == "crossover":
+            for other, child in propose_crossovers(parent, ctx.archive, parent_id=ctx.archive_parent, n=k,
+                                                   tried=ctx.tried, seed=ctx.seed):
+                batch.proposals.append(Proposal(child, "crossover", None, {"parents": [ctx.archive_parent, other]}))
+        elif op == "delete":
+            batch.proposals += self._ablation_deletions(parent, evidence, ctx, k, batch)
 
     def _propose_prunes(self, parent: PromptSet, ctx: ProposalContext) -> ProposalBatch:
         props = propose_prunes(parent, self.opt_gw, n=ctx.n, history=ctx.history, tried=ctx.tried,
