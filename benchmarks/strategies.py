@@ -12,7 +12,7 @@ Runs, one after another (each writes its own run folder under ``--out``):
   check that the episodes are identical.
 
 and prints one table (also written to ``<out>/strategies.md``; rows of earlier ``--only`` runs into the
-same ``--out`` are kept): held-out success, optimizer tokens per
+same ``--out`` are kept): test success (initial -> best), optimizer tokens per
 generation, prompt tokens of the best prompts, LLM calls and wall time. Every LLM call goes to the model
 given with ``--model`` (default: the offline local model), so the figures are real, not a test double.
 
@@ -77,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prune-at", default="0.5", help="success rate that starts pruning (0: from generation 1)")
     p.add_argument("--prune-init", default="guided", help="initialization of the pruning run (guided has scaffold)")
     p.add_argument("--prune-children", default="2")
-    p.add_argument("--curriculum", default="--episodes 2 --heldout-episodes 2",
+    p.add_argument("--curriculum", default="--episodes 2 --validation-episodes 2 --test-episodes 2",
                    help="options appended to --common for the two curriculum runs")
     p.add_argument("--model", default=None, help="agent and optimizer model (default: the local model)")
     p.add_argument("--only", default=",".join(ALL), help="comma-separated subset of " + ",".join(ALL))
-    p.add_argument("--common", default="--generations 1 --episodes 3 --children 1 --heldout-episodes 3 "
+    p.add_argument("--common", default="--generations 1 --episodes 3 --evidence-episodes 2 --children 1 "
+                   "--validation-episodes 3 --test-episodes 3 "
                    "--max-steps 8 --agent-max-tokens 48 --optimizer-max-tokens 1024 --baseline none "
                    "--concurrency 1 --quiet",
                    help="options shared by every optimize run")
