@@ -170,10 +170,15 @@ def _text_game_adapter(config: OptimizeConfig, task: TaskConfig, agent_gateway: 
         options = dict(config.agent_options)
 
         def agent_builder(name: str, prompts: PromptSet | None) -> Callable[[], Any]:
-            opts = options if name == config.agent else {}
+            # the optimized agent plays the prompts it is given; the baseline plays its own plain (BALROG)
+            # prompts with the run's message settings where it shares them (history, constrained decoding)
+            if name == config.agent:
+                opts = options
+            else:
+                shared = ("history", "constrained") if name in ("naive", "robust-cot") else ()
+                opts = {k: v for k, v in options.items() if k in shared}
             return lambda: make_agent(name, agent_gateway if name != "random" else None, prompts=prompts, task=task,
-                                      init=config.init if prompts is None and name == config.agent else "plain",
-                                      **opts)
+                                      init="plain", **opts)
 
     return TextGameAdapter(config, task, agent_gateway=agent_gateway, optimizer_gateway=optimizer_gateway,
                            agent_builder=agent_builder, runner=runner or default_runner)

@@ -156,3 +156,22 @@ def test_ablation_guided_deletion_in_the_loop(tmp_path):
     assert c["c1"].operator == "delete" and c["c1"].edit["op"] == "delete"
     assert (c["c1"].edit["module"], c["c1"].edit["segment"]) in rows
     assert c["c1"].source["ablation"]["delta"] >= 0
+
+
+def test_a_hint_with_an_answer_shape_rewrites_the_format_segment(tmp_path):
+    f = tmp_path / "h.toml"
+    f.write_text('[[hint]]\nid = "shape"\ntext = "Copy the target line first."\n'
+                 'format = """Answer:\\nTarget line: <line>\\n<|ACTION|>the action<|END|>"""\n')
+    lib = load_hints(f)
+    cot = PromptSet.of({"system": Prompt((Segment("role", "Act."),
+                                          Segment("format", "Mission: {mission}\nThink. <|ACTION|>a<|END|>")))})
+    (hint, edit, child), = propose_hints(cot, lib, task="goto", n=1, tried=set())
+    fmt = child.module("system").get("format")
+    assert fmt.startswith("Mission: {mission}\nAnswer:") and "Target line" in fmt and "<|ACTION|>" in fmt
+    assert child.module("system").names == ["role", "hint-shape", "format"]
+    naive = PromptSet.of({"system": Prompt((Segment("role", "Act."), Segment("format", "Reply with the action.")))})
+    assert propose_hints(naive, lib, task="goto", n=1, tried=set()) == []  # no <|ACTION|> protocol: not offered
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[hint]]\nid = "x"\ntext = "y"\nformat = "Just answer."\n')
+    with pytest.raises(HintLibraryError, match="must be text that keeps"):
+        load_hints(bad)

@@ -13,6 +13,11 @@ File format (TOML; ``prompts/hints/<family>.toml`` ships with promptevo)::
     target = "act"                      # act: the module that picks the action; perceive: the descriptor
     tags = ["target_visible_not_approached"]   # behaviour signatures it addresses (ranking)
     tasks = ["goto", "pickup"]          # optional; empty or absent: every task of the family
+    format = "Answer in this form: ... <|ACTION|>the action<|END|>"   # optional, see below
+
+A rule that needs the agent to write its reasoning in a given shape carries ``format``: the text that
+replaces the module's answer-format segment in the same child (only where that segment uses the
+``<|ACTION|>`` protocol, which the new text must keep; a ``{mission}`` the old text had is kept too).
 
 A malformed entry is one clear error naming the file and the entry.
 """
@@ -43,6 +48,7 @@ class Hint:
     target: str = "act"
     tags: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
+    format: str | None = None
 
     @property
     def segment(self) -> str:
@@ -80,9 +86,10 @@ def load_hints(path: str | Path) -> HintLibrary:
         where = f"{path}: hint #{i}"
         if not isinstance(h, dict):
             raise HintLibraryError(f"{where}: not a table")
-        unknown = set(h) - {"id", "text", "target", "tags", "tasks"}
+        unknown = set(h) - {"id", "text", "target", "tags", "tasks", "format"}
         if unknown:
-            raise HintLibraryError(f"{where}: unknown key {sorted(unknown)[0]!r} (valid: id, text, target, tags, tasks)")
+            raise HintLibraryError(f"{where}: unknown key {sorted(unknown)[0]!r} (valid: id, text, target, tags, tasks, "
+                                   "format)")
         hid, text = h.get("id"), h.get("text")
         if not isinstance(hid, str) or not _ID_RE.match(hid):
             raise HintLibraryError(f"{where}: id must be lowercase letters, digits and '-' (got {hid!r})")
@@ -99,8 +106,12 @@ def load_hints(path: str | Path) -> HintLibrary:
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise HintLibraryError(f"{where} ({hid}): {key} must be a list of strings")
             lists[key] = tuple(v)
+        fmt = h.get("format")
+        if fmt is not None and (not isinstance(fmt, str) or "<|ACTION|>" not in fmt or "<|END|>" not in fmt):
+            raise HintLibraryError(f"{where} ({hid}): format must be text that keeps <|ACTION|>the action<|END|>")
         seen.add(hid)
-        hints.append(Hint(hid, sanitize_text(text).strip(), target, lists["tags"], lists["tasks"]))
+        hints.append(Hint(hid, sanitize_text(text).strip(), target, lists["tags"], lists["tasks"],
+                          sanitize_text(fmt).strip() if fmt else None))
     return HintLibrary(path, hints)
 
 
@@ -122,6 +133,23 @@ def hint_edit(hint: Hint, prompts: PromptSet) -> Edit:
     return Edit(op="add", module=module, segment=hint.segment, text=hint.text,
                 rationale=f"hint library rule {hint.id}" + (f" (for {', '.join(hint.tags)})" if hint.tags else ""),
                 after=after)
+
+
+def format_edit(hint: Hint, prompts: PromptSet, module: str) -> Edit | None:
+    """The rewrite of ``module``'s answer-format segment a hint with ``format`` brings, or None when the
+    module has no tagged-action format segment (e.g. the naive agent, which answers with the action only)."""
+    if not hint.format:
+        return None
+    prompt = prompts.module(module)
+    name = next((n for n in prompt.names if n in FORMAT_SEGMENTS), None)
+    old = prompt.get(name) if name else None
+    if not name or not old or "<|ACTION|>" not in old:
+        return None
+    text = hint.format
+    if "{mission}" in old and "{mission}" not in text:
+        text = "Mission: {mission}\n" + text
+    return Edit(op="rewrite", module=module, segment=name, text=text,
+                rationale=f"hint library rule {hint.id}: the answer shape it needs")
 
 
 def rank_hints(hints: Iterable[Hint], signature_kinds: Iterable[str]) -> list[Hint]:
@@ -151,8 +179,13 @@ def propose_hints(prompts: PromptSet, library: HintLibrary, *, task: str, n: int
         if hint.segment in present or hint.id in skip:
             continue
         edit = hint_edit(hint, prompts)
+        fmt = format_edit(hint, prompts, edit.module)
+        if hint.format and fmt is None:
+            continue  # the rule needs an answer shape this agent cannot write
         try:
             child = apply_edit(prompts, edit)
+            if fmt is not None:
+                child = apply_edit(child, fmt)
         except ValueError:
             continue
         if child.fingerprint() in tried:
