@@ -7,7 +7,6 @@ from promptevo.optim.diagnostics import (
     Veto,
     backtest,
     backtest_result,
-    backtest_seeds,
     behaviour_checks,
     behaviour_stats,
     content_ngrams,
@@ -94,14 +93,6 @@ def test_backtest_result_and_veto():
     assert backtest({1: 0.0}, {2: 1.0}) is None  # no common seed
     assert backtest({1: 1.0, 2: 1.0}, {1: 1.0, 2: 0.0}) is None  # better than the incumbent
     assert backtest({1: 0.5}, {1: 0.5}) is None  # equal is fine at tolerance 0
-
-
-def test_backtest_seeds_are_earlier_ones():
-    best = {"10": 1.0, "11": 0.0, "3": 1.0, "20": 1.0, "21": 0.0}
-    assert backtest_seeds(best, [20, 21]) == [3, 10, 11]
-    assert backtest_seeds(best, ["20", "21"], limit=2) == [10, 11]
-    assert backtest_seeds(best, [20], limit=10) == [3, 10, 11, 21]
-    assert backtest_seeds(best, [], limit=0) == []
 
 
 def _ep(actions, obs=None, invalid=None, **kw):

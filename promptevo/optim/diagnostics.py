@@ -254,16 +254,6 @@ def backtest_result(child_by_seed: Mapping[Any, float], best_by_seed: Mapping[An
                           losses=losses, ties=len(diffs) - wins - losses, seeds=tuple(seeds))
 
 
-def backtest_seeds(best_by_seed: Mapping[Any, Any], current_seeds: Iterable[Any], limit: int | None = None) -> list[int]:
-    """Historical seeds to replay a child on: those the incumbent was played on, minus the current
-    generation's, ascending; with ``limit`` only the ``limit`` most recent (highest) ones."""
-    cur = {_seed(s) for s in current_seeds}
-    hist = sorted(s for s in (_seed(k) for k in best_by_seed) if isinstance(s, int) and s not in cur)
-    if limit is None:
-        return hist
-    return hist[max(0, len(hist) - limit) :] if limit > 0 else []
-
-
 def backtest(
     child_by_seed: Mapping[Any, float],
     best_by_seed: Mapping[Any, float],
