@@ -354,3 +354,13 @@ def test_history_counts_observations_even_after_blank_replies(gateway):
         for k in range(4):
             agent.act(f"obs {k}", {})
     assert [m["content"] for m in seen[-1][1:]] == ["Observation:\nobs 2", "Current Observation:\nobs 3\n\nf"]
+
+
+def test_prompt_inits_list_the_shipped_initializations():
+    from promptevo.agents.registry import AgentError, default_prompt_path, prompt_inits
+
+    assert {"plain", "guided", "compact"} <= set(prompt_inits("babyai"))
+    assert "compact" not in prompt_inits("mapf")  # compact is BabyAI-only
+    assert default_prompt_path("robust-cot", load_task("goto"), "compact").parent.name == "compact"
+    with pytest.raises(AgentError, match="use one of"):
+        default_prompt_path("robust-cot", load_task("goto"), "no/such")

@@ -320,7 +320,7 @@ BAD_FLAGS = [
     (["--seed-offset", "-1"], ["--seed-offset"]),
     (["--seeds", "holdout"], ["--seeds must be train, validation or test"]),
     (["--seeds", "heldout"], ["--seeds heldout was renamed"]),
-    (["--init", "fancy"], ["--init must be plain or guided"]),
+    (["--init", "fancy"], ["--init must be one of compact, guided, plain"]),
     (["--agent", "genius"], ["unknown agent 'genius'"]),
     (["--bogus-flag"], ["No such option: --bogus-flag"]),
 ]

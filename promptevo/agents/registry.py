@@ -71,7 +71,7 @@ def needs_llm(name: str) -> bool:
 
 def make_agent(name: str, gateway: "Gateway | None", prompts: PromptSet | None = None, **kw: Any) -> Agent:
     """Build an agent. ``prompts=None`` -> the default prompts (needs ``task=`` in ``kw``; ``init=``
-    picks plain or guided) or empty for an agent without an LLM.
+    picks the initialization, see :func:`prompt_inits`) or empty for an agent without an LLM.
 
     Keyword options: naive/robust-cot ``history`` (16), ``instruction_role`` ("user"),
     ``constrained`` (None = auto: on for local/ models); two-stage ``recent_actions`` (4),
@@ -100,7 +100,7 @@ def default_prompt_path(agent_name: str, task: "TaskConfig", init: str = "plain"
     init only). ``None`` for an agent without an LLM."""
     check_agent_name(agent_name)
     if not isinstance(init, str) or not _NAME_RE.match(init):
-        raise AgentError(f"unknown prompt init {init!r} (use plain or guided)")
+        raise AgentError(f"unknown prompt init {init!r} (use one of {', '.join(prompt_inits())})")
     if not needs_llm(agent_name):
         return None
     root = prompts_dir()
@@ -115,6 +115,18 @@ def default_prompt_path(agent_name: str, task: "TaskConfig", init: str = "plain"
         + ", ".join(str(p) for p in candidates)
         + ")"
     )
+
+
+def prompt_inits(family: str | None = None) -> list[str]:
+    """Prompt initializations shipped (the sub-folders of ``prompts/<family>/``, plus ``plain``), for one
+    env family or all of them."""
+    root = prompts_dir()
+    families = [root / family] if family else [d for d in root.iterdir() if d.is_dir() and d.name != "baselines"]
+    found = {"plain"}
+    for fam in families:
+        if fam.is_dir():
+            found |= {d.name for d in fam.iterdir() if d.is_dir() and _NAME_RE.match(d.name)}
+    return sorted(found)
 
 
 def default_prompts(agent_name: str, task: "TaskConfig", init: str = "plain") -> PromptSet:

@@ -155,8 +155,10 @@ def check_eval_flags(
         raise UserError(f"--max-tokens must be >= 1 (got {max_tokens})")
     if history is not None and history < 1:
         raise UserError(f"--history must be >= 1 (got {history})")
-    if init not in ("plain", "guided"):
-        raise UserError(f"--init must be plain or guided (got {init!r})")
+    from promptevo.agents.registry import prompt_inits
+
+    if init not in prompt_inits():
+        raise UserError(f"--init must be one of {', '.join(prompt_inits())} (got {init!r})")
 
 
 def load_prompts_file(path: Path) -> Any:
@@ -411,7 +413,7 @@ def eval_cmd(
     seeds: str = typer.Option("test", "--seeds", help="Seed split: [bold]test[/] (default), validation or train."),
     seed_offset: int = typer.Option(0, "--seed-offset", min=0, help="Skip this many seeds of the split."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="PromptSet file (.md or .json) to use instead of the defaults."),
-    init: str = typer.Option("plain", "--init", help="Default prompts: plain or guided."),
+    init: str = typer.Option("plain", "--init", help="Default prompts: plain, guided or compact (prompts/<family>/<init>/)."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Folder name under the results dir."),
     results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where run folders go."),
     resume: bool = typer.Option(False, "--resume", help="Continue an existing --run-name, skipping finished episodes."),

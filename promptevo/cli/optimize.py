@@ -25,7 +25,7 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     a = p.add_argument
     a("--task", "-t", help="task name (see `promptevo tasks`; required unless --resume)")
     a("--agent", "-a", help="agent whose prompts are optimized (default two-stage)")
-    a("--init", help="initial default prompts: plain or guided (default plain)")
+    a("--init", help="initial default prompts: plain, guided or compact (prompts/<family>/<init>/; default plain)")
     a("--prompts", help="initial PromptSet file (.md/.json) instead of the defaults")
     a("--history", type=int, help="naive/robust-cot: observations kept in the messages (default 16)")
     a("--model", "-m", help="agent LLM (LiteLLM model string; default the local model)")

@@ -27,7 +27,7 @@ class OptimizeConfig(BaseModel):
     # what is optimized
     task: str
     agent: str = "two-stage"
-    init: str = Field(default="plain", description="initial default prompts (plain or guided)")
+    init: str = Field(default="plain", description="initial default prompts (plain, guided, compact: prompts/<family>/<init>/)")
     prompts: str | None = Field(default=None, description="initial PromptSet file (.md/.json); overrides init")
     agent_options: dict[str, Any] = Field(default_factory=dict, description="agent keyword options, e.g. history")
     # models
