@@ -235,16 +235,8 @@ def evaluate(task: str | TaskConfig, *, agent: str = "robust-cot", prompts: Prom
         from promptevo.llm.gateway import Gateway
         from promptevo.llm.types import LLMConfig
 
-        kw: dict[str, Any] = {"temperature": temperature, **({"cache_dir": None} if no_cache else {})}
-        if model:
-            kw["model"] = model
-        if api_base:
-            kw["api_base"] = api_base
-        if max_tokens:
-            kw["max_tokens"] = max_tokens
-        m = kw.get("model", LLMConfig().model)
-        kw["concurrency"] = concurrency or (1 if m.startswith("local/") else 4)
-        gw = Gateway(LLMConfig(**kw))
+        gw = Gateway(LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature,
+                                            max_tokens=max_tokens, no_cache=no_cache, concurrency=concurrency))
         gw.check()
     conc = concurrency or (gw.config.concurrency if gw is not None else 4)
     seeds = t.seeds(split, episodes, seed_offset)  # type: ignore[arg-type]

@@ -68,8 +68,9 @@ def render_module(prompt: Prompt, *, mission: str, env: TextEnv, split_format: b
 def _wants_constraint(gateway: Any, constrained: bool | None) -> bool:
     if constrained is not None:
         return constrained
-    model = getattr(getattr(gateway, "config", None), "model", "") or ""
-    return str(model).startswith("local/")
+    from promptevo.llm.types import is_local_model  # a gateway exists, so the llm package is loaded
+
+    return is_local_model(getattr(getattr(gateway, "config", None), "model", ""))
 
 
 def _call_record(module: str, messages: list[dict], c: "Completion", error: str | None = None) -> dict:

@@ -222,6 +222,7 @@ def run_eval(
 
     from promptevo.agents.registry import check_agent_name, default_prompt_path, make_agent
     from promptevo.llm.gateway import Gateway, LLMConfig
+    from promptevo.llm.types import default_concurrency
     from promptevo.evaluation.rollout import fault_summary, run_episodes
     from promptevo.evaluation.store import RunWriter, read_episodes
     from promptevo.evaluation.scaleout import (
@@ -238,25 +239,15 @@ def run_eval(
 
     check_agent_name(agent)
     if concurrency is None:  # interleaved episodes defeat llama.cpp's prefix reuse: one at a time locally
-        concurrency = 1 if (model or LLMConfig().model).startswith("local/") else 4
+        concurrency = default_concurrency(model or LLMConfig.model)
     check_eval_flags(episodes=episodes, concurrency=concurrency, seeds=seeds, seed_offset=seed_offset,
                      temperature=temperature, max_tokens=max_tokens, history=history, init=init)
     task_cfgs = [load_task(t) for t in tasks]
     ray_mode = ray is not False and use_ray(ray)
     custom_prompts = load_prompts_file(prompts_file) if prompts_file is not None else None
 
-    cfg_kw: dict[str, Any] = {"concurrency": concurrency}
-    if model:
-        cfg_kw["model"] = model
-    if api_base:
-        cfg_kw["api_base"] = api_base
-    if no_cache:
-        cfg_kw["cache_dir"] = None
-    if temperature is not None:
-        cfg_kw["temperature"] = temperature
-    if max_tokens is not None:
-        cfg_kw["max_tokens"] = max_tokens
-    llm_cfg = LLMConfig(**cfg_kw)
+    llm_cfg = LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature,
+                                     max_tokens=max_tokens, no_cache=no_cache, concurrency=concurrency)
     gateway = Gateway(llm_cfg) if agent != "random" else None
     if gateway is not None:
         gateway.check()  # fail fast on a bad model string / missing key

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from promptevo.llm.types import is_local_model
+
 DEFAULT_TOKEN_MODEL = "gpt-3.5-turbo"  # LiteLLM's bundled tokenizer for models it does not know
 
 
@@ -20,7 +22,7 @@ def count_tokens(content: str | Sequence[dict], model: str | None = None) -> int
     if not text:
         return 0
     framing = 0 if is_text else 4 * len(content)
-    if model and model.startswith("local/"):
+    if is_local_model(model):
         try:
             from promptevo.llm.local import token_count
 

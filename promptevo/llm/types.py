@@ -8,6 +8,17 @@ from promptevo.llm.errors import LLMConfigError
 from promptevo.llm.secrets import redact_url
 
 EXAMPLE_MODELS = "openai/gpt-4o-mini, ollama/qwen3:4b or local/qwen2.5-coder-1.5b"
+LOCAL_PREFIX = "local/"  # models run in-process by llama-cpp-python (promptevo.llm.local)
+
+
+def is_local_model(model: str | None) -> bool:
+    return str(model or "").startswith(LOCAL_PREFIX)
+
+
+def default_concurrency(model: str | None) -> int:
+    """In-flight calls when the user gave no number: 1 for local models (llama.cpp serializes calls, and
+    interleaved episodes defeat its prefix reuse), else 4."""
+    return 1 if is_local_model(model) else 4
 
 
 @dataclass
@@ -26,6 +37,24 @@ class LLMConfig:
     backoff_max: float = 30.0
     price_in: float | None = None  # USD per million prompt tokens (overrides LiteLLM's price map)
     price_out: float | None = None  # USD per million completion tokens
+
+    @classmethod
+    def from_options(cls, *, model: str | None = None, api_base: str | None = None,
+                     temperature: float | None = None, max_tokens: int | None = None, no_cache: bool = False,
+                     concurrency: int | None = None) -> LLMConfig:
+        """The config of command-line style options: an option left unset keeps its default, and the
+        concurrency defaults per model (:func:`default_concurrency`)."""
+        kw: dict = {"model": model or cls.model}
+        if api_base:
+            kw["api_base"] = api_base
+        if temperature is not None:
+            kw["temperature"] = temperature
+        if max_tokens is not None:
+            kw["max_tokens"] = max_tokens
+        if no_cache:
+            kw["cache_dir"] = None
+        kw["concurrency"] = default_concurrency(kw["model"]) if concurrency is None else concurrency
+        return cls(**kw)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():

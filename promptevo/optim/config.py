@@ -116,7 +116,9 @@ class OptimizeConfig(BaseModel):
     def effective_concurrency(self) -> int:
         if self.concurrency is not None:
             return self.concurrency
-        return 1 if self.model.startswith("local/") else 4
+        from promptevo.llm.types import default_concurrency  # the llm package loads litellm: only when asked
+
+        return default_concurrency(self.model)
 
     @property
     def effective_evidence_episodes(self) -> int:
