@@ -157,8 +157,9 @@ def check_eval_flags(
         raise UserError(f"--history must be >= 1 (got {history})")
     from promptevo.agents.registry import prompt_inits
 
-    if init not in prompt_inits():
-        raise UserError(f"--init must be one of {', '.join(prompt_inits())} (got {init!r})")
+    inits = prompt_inits()
+    if init not in inits:
+        raise UserError(f"--init must be one of {', '.join(inits)} (got {init!r})")
 
 
 def load_prompts_file(path: Path) -> Any:
