@@ -159,6 +159,9 @@ class CountingRunner:
         self.interrupt_after = interrupt_after
         self.env = env or ScriptedPickupEnv
 
+    def env_factory(self, task: Any) -> TextEnv:
+        return self.env(task)
+
     def __call__(self, task, agent_factory, seeds, *, concurrency=4, on_result=None, **kw):
         fp = agent_factory().prompts.fingerprint()
         seeds = list(seeds)
@@ -185,7 +188,8 @@ def gateways(cache_dir: str | None = None) -> tuple[Gateway, Gateway]:
 
 def config(tmp_path: Path, **kw: Any) -> OptimizeConfig:
     base = dict(task="scripted-pickup", agent="two-stage", generations=2, episodes=8, validation_episodes=16,
-                test_episodes=12, children=2, concurrency=4, results_dir=str(tmp_path), run="run1")
+                test_episodes=12, children=2, concurrency=4, results_dir=str(tmp_path), run="run1",
+                operators=["mutate"])
     base.update(kw)
     return OptimizeConfig(**base)
 

@@ -101,7 +101,8 @@ def test_optimize_and_evaluate_on_the_toytext_game(tmp_path):
         res = promptevo.optimize(task="frozenlake", agent="two-stage", model="fake/scripted", generations=1,
                                  children=1, episodes=8, evidence_episodes=4, validation_episodes=12,
                                  test_episodes=6, baseline=None, results_dir=str(tmp_path), run="fl", quiet=True,
-                                 agent_options={"recent_actions": 8}, no_cache=True)
+                                 agent_options={"recent_actions": 8}, no_cache=True, operators=["mutate"],
+                                 screen="off")
         summary = promptevo.evaluate("frozenlake", agent="two-stage", model="fake/scripted", episodes=3,
                                      prompts=res.best_prompts, recent_actions=8, no_cache=True)
     rows = {r["name"].split(" ")[0]: r for r in res.report["rows"]}

@@ -120,10 +120,10 @@ def test_hint_operator_in_the_loop(tmp_path):
     lib.write_text(f'[[hint]]\nid = "face"\ntext = "{RULE}"\n\n[[hint]]\nid = "noop"\ntext = "Be calm."\n')
     res = run(config(tmp_path, generations=1, children=2, operators=["hints"], hints=str(lib)))
     c = {x.id: x for x in res.candidates}
-    assert c["c1"].operator == "hint" and c["c1"].source == {"hint": "face"} and c["c1"].status == "promoted"
-    assert c["c2"].source == {"hint": "noop"} and c["c2"].status in ("rejected", "stopped")
+    assert c["c1"].operator == "hint" and c["c1"].source == {"hint": "face", "author": "person"} and c["c1"].status == "promoted"
+    assert c["c2"].source == {"hint": "noop", "author": "person"} and c["c2"].status in ("rejected", "stopped")
     ops = res.report["operators"]["hint"]
-    assert ops == {"proposed": 2, "stopped": ops["stopped"], "accepted": 1, "promoted": 1}
+    assert ops == {"proposed": 2, "screened_out": 0, "stopped": ops["stopped"], "accepted": 1, "promoted": 1}
 
 
 def test_crossover_mixes_segments_and_differs_from_both_parents():

@@ -305,7 +305,8 @@ def test_optimize_with_ray_equals_the_local_run(ray_session, tmp_path, monkeypat
         # (mean validation difference > 0) stands in for the sign test, which cannot reach p < 0.05 on 3 seeds
         cfg = OptimizeConfig(task="goto", model="fake/scripted", no_cache=True, generations=1, episodes=3,
                              evidence_episodes=3, validation_episodes=3, test_episodes=3, promote_rule="margin", children=1,
-                             baseline=None, concurrency=2, results_dir=str(tmp_path), run=name, ray=ray)
+                             baseline=None, concurrency=2, results_dir=str(tmp_path), run=name, ray=ray,
+                             operators=["mutate"])
         with ScriptedLLM.install(scripted_everything()):
             return promptevo.optimize(cfg, task=task, quiet=True, worker_setup=ray_worker_setup())
 

@@ -650,7 +650,7 @@ def test_no_strategies_no_strategy_records(tmp_path):
     res, _, _ = run(tmp_path, OptimizerDouble())
     st = res.report["strategies"]
     assert st["enabled"] == {"evidence": "raw", "prune_at": None, "skills": None, "backtest": False, "ray": False,
-                             "operators": ["mutate"], "hints": None}
+                             "operators": ["induce", "mutate"], "hints": None}
     assert st["validity_checked"] == 0 and st["pruned"] == [] and st["skill_children"] == [] and st["vetoed"] == []
     assert cands(res)["c1"].validity is None and cands(res)["c1"].operator == "mutate"
     assert checkpoint(res).generations[0].evidence_kind == "raw"

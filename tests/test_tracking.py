@@ -61,7 +61,7 @@ def test_tracked_run_has_params_metrics_and_artifacts(store, tracked):
     assert row["status"] == "FINISHED" and row["tags.mlflow.runName"] == "tracked"
     # the config, flattened, as params; URL credentials never
     assert row["params.task"] == "scripted-pickup" and row["params.generations"] == "2"
-    assert row["params.model"] == "fake/agent" and row["params.operators"] == "mutate"
+    assert row["params.model"] == "fake/agent" and row["params.operators"] == "induce,mutate"
     assert row["params.api_base"] == "http://***@proxy.example/v1"
     assert not any("s3cr3t" in str(v) for v in row.values)
     # the test split table and the paired comparisons

@@ -53,8 +53,10 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
     a("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
     a("--race-alpha", type=float, help="level at which a child worse than its parent stops early (default 0.2)")
-    a("--operators", type=_list, help="proposal operators, comma separated: mutate, delete, crossover, hints "
-      "(default mutate)")
+    a("--operators", type=_list, help="proposal operators, comma separated: induce, mutate, delete, crossover, "
+      "hints (default induce,mutate; induce needs a game with an expert and is skipped with a note elsewhere)")
+    a("--expert-episodes", type=int, help="training seeds the game's expert plays per generation for induce "
+      "(default 20; no LLM calls)")
     a("--hints", help="hint library file (default with --operators hints: the family's shipped library)")
     a("--no-loop-cutoff", dest="loop_cutoff", action="store_false", default=None,
       help="play looping episodes to the step limit instead of replaying the cycle")

@@ -11,6 +11,9 @@ A text env is gymnasium-like but speaks text on both sides:
   BabyAI: 1.0 once any step gave a positive reward).
 * ``instructions()`` is the environment's description for the LLM (rules, action list), data-driven.
 * ``episode_stats()`` returns env-specific statistics for summaries (e.g. collisions for MAPF).
+* ``expert_action()`` (optional) is what the game's expert would do in the current state: BabyAI's bot,
+  MAPF's reference solver, an optimal policy of a toy-text game. The optimizer compares the agent with it
+  (disagreement clusters, rules induced from expert-labelled states); an env without one returns None.
 """
 
 from __future__ import annotations
@@ -89,6 +92,10 @@ class StepResult:
         return self.terminated or self.truncated
 
 
+class ExpertError(RuntimeError):
+    """The env has an expert, but it cannot give an action in this state; ``str(e)`` is one line."""
+
+
 class TextEnv(ABC):
     """Abstract text environment (see module docstring for the contract)."""
 
@@ -144,6 +151,13 @@ class TextEnv(ABC):
         it can never leave; the rollout stops such an episode (loop cut-off)."""
         return None
 
+    def expert_action(self) -> str | None:
+        """The action the game's expert takes in the current state (a valid action string), or None when
+        the env has no expert (the default). The expert may see more than the observation (the whole map);
+        it must not change the env's state or its random-number generators. Raises :class:`ExpertError`
+        when the expert exists but cannot plan this state."""
+        return None
+
     def action_space(self) -> ActionSpace:
         """How replies map to actions (default: exactly one of ``valid_actions``)."""
         return ActionSpace(self.valid_actions)
@@ -154,3 +168,9 @@ class TextEnv(ABC):
 
     def close(self) -> None:  # pragma: no cover - nothing to free by default
         pass
+
+
+def has_expert(env: "TextEnv | type[TextEnv]") -> bool:
+    """True when the env (or env class) overrides :meth:`TextEnv.expert_action`."""
+    cls = env if isinstance(env, type) else type(env)
+    return getattr(cls, "expert_action", None) is not TextEnv.expert_action

@@ -30,11 +30,11 @@ integer state when the game is deterministic (not slippery, rainy or fickle), el
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections import deque
 from typing import Any, Callable
 
-from promptevo.envs.base import ActionSpace, StepResult, TextEnv, normalize_action
+from promptevo.envs.base import ActionSpace, ExpertError, StepResult, TextEnv, normalize_action
 from promptevo.envs.registry import register_env
+from promptevo.envs.planning import bfs, optimal_policy
 
 Cell = tuple[int, int]
 
@@ -95,7 +95,7 @@ def _desc(v: Any) -> list[str]:
     if "".join(v).count("S") != 1 or "G" not in "".join(v):
         raise ValueError("desc needs exactly one start S and at least one goal G")
     cells = {ch: {(r, c) for r, row in enumerate(v) for c, x in enumerate(row) if x == ch} for ch in "SGH"}
-    if not cells["S"] <= set(_bfs(cells["G"], _grid_neighbours(len(v), len(v[0]), cells["H"]))):
+    if not cells["S"] <= set(bfs(cells["G"], _grid_neighbours(len(v), len(v[0]), cells["H"]))):
         raise ValueError("desc: no goal G can be reached from the start S without crossing a hole H")
     return list(v)
 
@@ -126,19 +126,6 @@ def check(params: dict[str, Any]) -> dict[str, Any]:
     if "map_name" in out and "desc" in out:
         raise ValueError("give either map_name or desc, not both")
     return out
-
-
-def _bfs(sources: set[Cell], neighbours: Callable[[Cell], list[Cell]]) -> dict[Cell, int]:
-    """Fewest moves between every reachable cell and the nearest source (moves are symmetric here)."""
-    dist = {g: 0 for g in sources}
-    queue = deque(sources)
-    while queue:
-        cur = queue.popleft()
-        for n in neighbours(cur):
-            if n not in dist:
-                dist[n] = dist[cur] + 1
-                queue.append(n)
-    return dist
 
 
 def _grid_neighbours(nrow: int, ncol: int, blocked: set[Cell]) -> Callable[[Cell], list[Cell]]:
@@ -211,6 +198,7 @@ class ToyTextEnv(TextEnv):
         self._index = {a: i for i, a in enumerate(self.ACTIONS)}
         self._started = False
         self.state = self._start_state = self._seed = 0
+        self._policy: list[int] | None = None  # the expert's action per state, computed on first use
         self._new_episode()
 
     def _default_limit(self) -> int:
@@ -309,6 +297,16 @@ class ToyTextEnv(TextEnv):
     def state_key(self) -> object | None:
         return self.state if self.deterministic and self._started else None
 
+    def expert_action(self) -> str | None:
+        """The optimal action here: value iteration over gymnasium's ``P`` table (once per env)."""
+        if not self._started or self._done:
+            raise ExpertError("no episode in progress")
+        if self._policy is None:
+            if not isinstance(getattr(self.core, "P", None), dict):
+                raise ExpertError(f"{self.env_id} has no transition model to plan with")
+            self._policy = optimal_policy(self.core.P, len(self.ACTIONS))
+        return self.ACTIONS[self._policy[self.state]]
+
     def episode_stats(self) -> dict[str, Any]:
         return {"id": self.env_id, "seed": self._seed, "steps": self._steps, "success": self._success,
                 "return": self._return, "invalid_actions": self._invalid, "deterministic": self.deterministic,
@@ -361,7 +359,7 @@ class GridWalkEnv(ToyTextEnv):
         self.nrow, self.ncol = len(tiles), len(tiles[0])
         self.start = next((r, row.index("S")) for r, row in enumerate(tiles) if "S" in row)
         self.goals = {(r, c) for r, row in enumerate(tiles) for c, ch in enumerate(row) if ch == "G"}
-        self.dist = _bfs(self.goals, _grid_neighbours(self.nrow, self.ncol, self.blocked))
+        self.dist = bfs(self.goals, _grid_neighbours(self.nrow, self.ncol, self.blocked))
 
     def cell(self, state: int | None = None) -> Cell:
         r, c = divmod(self.state if state is None else state, self.ncol)
@@ -553,7 +551,7 @@ class TaxiText(ToyTextEnv):
         self.locs: list[Cell] = [tuple(x) for x in self.core.locs]  # type: ignore[misc]
         # road distance from every cell to each pad (walls block both ways, so it is symmetric)
         roads = lambda cell: [n for m in _DELTAS if (n := self._step_from(cell, m)) is not None]  # noqa: E731
-        self._roads = [_bfs({loc}, roads) for loc in self.locs]
+        self._roads = [bfs({loc}, roads) for loc in self.locs]
 
     def decode(self, state: int | None = None) -> tuple[int, int, int, int]:
         """(taxi row, taxi column, passenger location 0-3 or 4 = in the taxi, destination 0-3), by

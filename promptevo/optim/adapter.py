@@ -28,10 +28,11 @@ class Proposal:
     """One child: its prompts and how they were made."""
 
     prompts: PromptSet
-    operator: str  # mutate | delete | crossover | hint | skill | prune
+    operator: str  # mutate | delete | crossover | hint | skill | prune | induce | rule
     edit: dict | None = None  # Edit.to_dict() of a single-segment edit (None for crossover)
     source: dict | None = None  # operator details (hint id, skill id, crossover parents, ablation row)
     prompt_tokens_saved: int | None = None
+    screen: dict | None = None  # ScreenResult.to_dict() when the child was screened before racing
 
 
 @dataclass
@@ -76,9 +77,10 @@ class Adapter(Protocol):
         ...
 
     def make_reflective_dataset(self, parent: PromptSet, episodes: list[dict], *, generation: int,
-                                history: list[dict]) -> dict:
+                                history: list[dict], expert_seeds: Sequence[int] = ()) -> dict:
         """Evidence about the parent's episodes for the proposers (JSON-able; key ``usage`` holds the
-        optimizer usage per step)."""
+        optimizer usage per step). ``expert_seeds``: training seeds on which the game's expert may play
+        its own episodes (labelled states; an adapter without an expert ignores them)."""
         ...
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: ProposalContext) -> ProposalBatch:

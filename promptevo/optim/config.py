@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 Fitness = Literal["success", "return", "progress", "progression"]
 AcceptRule = Literal["margin", "sign", "wilcoxon", "bootstrap", "always"]
 PromoteRule = Literal["sign", "wilcoxon", "bootstrap", "margin"]
-Operator = Literal["mutate", "delete", "crossover", "hints"]
+Operator = Literal["induce", "mutate", "delete", "crossover", "hints"]
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 
 
@@ -65,7 +65,14 @@ class OptimizeConfig(BaseModel):
     race: bool = Field(default=True, description="evaluate children on growing batches; stop hopeless ones")
     race_alpha: float = Field(default=0.2, gt=0, lt=1, description="level at which a child that is worse than "
                               "its parent is stopped early")
-    operators: list[Operator] = Field(default_factory=lambda: ["mutate"], description="proposal operators")
+    operators: list[Operator] = Field(default_factory=lambda: ["induce", "mutate"], description="proposal operators "
+                                      "(induce: a rule table fitted to the game's expert, where the env has one)")
+    screen: Literal["filter", "audit", "off"] = Field(default="filter", description="replay recorded states "
+                                                      "with each child before racing (needs an expert): filter "
+                                                      "drops children that fix nothing, audit only records")
+    screen_states: int = Field(default=24, ge=1, description="recorded states the screen replays per child")
+    expert_episodes: int = Field(default=20, ge=0, description="training seeds the game's expert plays per "
+                                 "generation (labelled states for induced rules; no LLM calls)")
     hints: str | None = Field(default=None, description="hint library file, or 'builtin' for the family's "
                               "shipped library (used by the hints operator)")
     loop_cutoff: bool = Field(default=True, description="stop an episode whose state repeats exactly "

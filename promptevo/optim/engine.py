@@ -156,6 +156,17 @@ class Engine:
         seq = [pool[(start + i) % len(pool)] for i in range(e + a)]
         return seq[:e], seq[e:]
 
+    def draw_expert(self, g: int) -> list[int]:
+        """Training seeds the game's expert plays in generation ``g`` (expert-labelled states for the
+        proposers): fresh slices from the far end of the run's shuffled training pool, away from the
+        evidence and acceptance seeds, which are taken from its start."""
+        k = self.cfg.expert_episodes
+        if k <= 0:
+            return []
+        pool = self._train_order()
+        end = len(pool) - ((g - 1) * k) % len(pool)
+        return [pool[(end - k + i) % len(pool)] for i in range(k)]
+
     def validation_seeds(self) -> list[int]:
         return self.task.seeds("validation", self.cfg.validation_episodes)
 
@@ -281,11 +292,11 @@ class Engine:
         ev, ac = self.draw_train(g)
         parent = self.state.best
         rec = GenerationRecord(index=g, parent=parent.id, evidence_seeds=ev, accept_seeds=ac,
-                               mode=self.generation_mode(parent))
+                               expert_seeds=self.draw_expert(g), mode=self.generation_mode(parent))
         with self.lock:
             self.state.generations.append(rec)
             train = set(self.state.splits.get("train", []))
-            self.state.splits["train"] = sorted(train | set(ev) | set(ac))
+            self.state.splits["train"] = sorted(train | set(ev) | set(ac) | set(rec.expert_seeds))
         if rec.mode == "prune":
             self.emit("note", generation=g, message=f"{parent.id} validation success {_rate(parent, 'validation')} "
                       f">= {self.cfg.prune_at:.0%}: pruning generation")
@@ -318,8 +329,8 @@ class Engine:
             episodes = [e for s in rec.evidence_seeds if (e := self.store.get(parent.fingerprint, s)) is not None]
             self.emit("phase", generation=g, text="reflecting")
             evidence = self.adapter.make_reflective_dataset(parent.prompt_set(), episodes, generation=g,
-                                                            history=st.history, **({"mode": rec.mode}
-                                                            if rec.mode == "prune" else {}))
+                                                            history=st.history, expert_seeds=rec.expert_seeds,
+                                                            **({"mode": rec.mode} if rec.mode == "prune" else {}))
             path = f"analyses/gen-{g:03d}.json"
             write_json_atomic(self.run_dir / path, {"generation": g, "parent": parent.id, "mode": rec.mode,
                                                     "evidence_seeds": rec.evidence_seeds, **evidence}, indent=1)
@@ -392,13 +403,20 @@ class Engine:
         for p in batch.proposals:
             c = Candidate(id=st.next_id(), fingerprint=p.prompts.fingerprint(), prompts=p.prompts.to_dict(),
                           parent=parent.id, generation=g, operator=p.operator, source=p.source, edit=p.edit,
-                          analysis=rec.evidence, prompt_tokens_saved=p.prompt_tokens_saved)
+                          analysis=rec.evidence, prompt_tokens_saved=p.prompt_tokens_saved, screen=p.screen)
+            if p.screen is not None and not p.screen.get("keep", True) and cfg.screen == "filter":
+                c.status = "screened-out"
+                c.verdict = {"accepted": False, "n": 0, "mean_diff": 0.0, "reason": f"screen: {p.screen.get('reason')}"}
+                st.history.append({"generation": g, "candidate": c.id, "parent": parent.id, "edit": c.edit,
+                                   "operator": c.operator, "source": c.source, "outcome": "screened out before racing",
+                                   "train_diff": None})
             st.candidates[c.id] = c
             rec.children.append(c.id)
         blob = read_json(self.run_dir / rec.evidence)
         blob.update(batch.record)
         blob["children"] = [{"id": cid, "operator": st.candidates[cid].operator, "edit": st.candidates[cid].edit,
-                             "source": st.candidates[cid].source} for cid in rec.children]
+                             "source": st.candidates[cid].source, "screen": st.candidates[cid].screen}
+                            for cid in rec.children]
         write_json_atomic(self.run_dir / rec.evidence, blob, indent=1)
         rec.proposed = True
         ops: dict[str, int] = {}

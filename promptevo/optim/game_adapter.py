@@ -12,6 +12,8 @@ Proposal operators (``--operators``), each child recording the operator that mad
   proposed for deletion (the child is then raced on fresh training seeds like any other);
 * ``crossover`` - a segment-wise mix of the parent and another accepted lineage;
 * ``hints`` - one rule from the family's hint library (``prompts/hints/<family>.toml`` or ``--hints``);
+* ``induce`` - where the env has an expert: a rule table fitted to the expert's actions on labelled
+  training states, with an answer format that makes the agent write the features the table reads;
 * with ``--skills`` a library skill learned on another task; in pruning generations the pruner's edits.
 """
 
@@ -25,12 +27,18 @@ from promptevo.evaluation.rollout import EpisodeResult, run_episodes
 from promptevo.evaluation.signatures import render_signatures, signatures_to_dict, summarize_signatures
 from promptevo.optim.adapter import EpisodeCallback, Proposal, ProposalBatch, ProposalContext
 from promptevo.optim.config import OptimizeConfig
+from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.optim.propose.crossover import propose_crossovers
 from promptevo.optim.propose.hints import HintLibrary, HintLibraryError, builtin_path, load_hints, propose_hints
+from promptevo.optim.propose.induce import SEGMENT as INDUCED_SEGMENT
+from promptevo.optim.propose.induce import induce, load_phrases, render
 from promptevo.optim.propose.mutator import propose_detailed
 from promptevo.optim.propose.pruner import prompt_tokens, propose_prunes, prunable_segments
 from promptevo.optim.reflect.analyzer import Analysis, analyze, build_analyzer_messages
+from promptevo.optim.reflect.expert import collect as collect_expert
+from promptevo.optim.reflect.expert import render_clusters, states_of
 from promptevo.optim.reflect.llm_json import estimate_tokens
+from promptevo.optim.screen import choose_states, screen
 from promptevo.optim.selection import max_score_of
 from promptevo.segments import Edit, PromptSet, apply_edit
 from promptevo.tasks import TaskConfig, make_env
@@ -73,6 +81,8 @@ class TextGameAdapter:
         self.opt_gw = optimizer_gateway
         self.build = agent_builder
         self.runner = runner
+        #: builds the envs the runner plays (a runner may carry its own: test doubles, replays)
+        self.env_factory: Callable[[TaskConfig], Any] = getattr(runner, "env_factory", make_env)
         self.warn = warn or (lambda msg: log.warning(msg))
         self.max_score = max_score_of(config.fitness)
         self._instructions = env_instructions
@@ -92,7 +102,7 @@ class TextGameAdapter:
         env cannot give it)."""
         if self._instructions is None:
             try:
-                env = make_env(self.task)
+                env = self.env_factory(self.task)
                 try:
                     env.reset(self.task.seed_list("train")[0])  # some envs describe the episode's mission
                     self._instructions = str(env.instructions() or "")
@@ -140,7 +150,7 @@ class TextGameAdapter:
 
     # -- reflect ------------------------------------------------------------------------------------
     def make_reflective_dataset(self, parent: PromptSet, episodes: list[dict], *, generation: int,
-                                history: list[dict], mode: str = "mutate") -> dict:
+                                history: list[dict], expert_seeds: Sequence[int] = (), mode: str = "mutate") -> dict:
         cfg = self.cfg
         sigs = summarize_signatures(episodes, family=self.task.family)
         out: dict[str, Any] = {"signatures": signatures_to_dict(sigs), "usage": {}}
@@ -149,7 +159,10 @@ class TextGameAdapter:
                                        prompt_fingerprint=parent.fingerprint()).model_dump(mode="json")
             out["evidence_kind"] = "none"
             return out
-        sig_text = render_signatures(sigs)
+        out["expert"] = self.expert_evidence(episodes, expert_seeds)
+        expert_text = render_clusters(out["expert"])
+        sig_text = render_signatures(sigs) + (f"\n\nWhere the agent departs from the game's expert:\n{expert_text}"
+                                              if expert_text else "")
         raw_tokens = None
         if cfg.evidence == "auto":
             msgs, _ = build_analyzer_messages(parent, episodes, env_instructions=self.env_instructions,
@@ -175,6 +188,22 @@ class TextGameAdapter:
         out["analysis"] = analysis.model_dump(mode="json")
         out["usage"]["analyzer"] = dict(analysis.usage)
         return out
+
+    def expert_evidence(self, episodes: list[dict], expert_seeds: Sequence[int]) -> dict:
+        """Expert-labelled states of the evidence episodes and of episodes the expert plays on
+        ``expert_seeds`` (:func:`~promptevo.optim.reflect.expert.collect`); problems are said once each."""
+        try:
+            ev = collect_expert(self.task, episodes, expert_seeds, env_factory=self.env_factory)
+        except Exception as e:  # noqa: BLE001 - a broken env or expert must not stop the run
+            first = str(e).splitlines()[0] if str(e) else ""
+            self.warn_once("expert-broken", f"warning: expert evidence unavailable ({type(e).__name__}: {first}); the "
+                           "loop goes on without it")
+            return {"available": False, "note": f"{type(e).__name__}: {first}"}
+        if not ev.get("available"):
+            self.warn_once("no-expert", f"note: {ev.get('note')}")
+        for line in ev.get("problems") or []:
+            self.warn_once(f"expert:{line.split(':', 1)[0]}:{line[:60]}", f"note: {line}")
+        return ev
 
     # -- propose ------------------------------------------------------------------------------------
     def hint_library(self) -> HintLibrary | None:
@@ -225,7 +254,7 @@ class TextGameAdapter:
                                      env_instructions=self.env_instructions,
                                      temperature=self.cfg.optimizer_temperature,
                                      max_tokens=self.cfg.optimizer_max_tokens, seed=self.cfg.seed * 1000 + ctx.generation,
-                                     skills=skills_text)
+                                     skills=skills_text, expert=render_clusters(evidence.get("expert") or {}))
             batch.usage["mutator"] = dict(props.usage)
             batch.record["mutation"] = props.to_dict()
             for e in props.edits:
@@ -246,7 +275,54 @@ class TextGameAdapter:
                 self._run_operator(op, parent, evidence, ctx, free, batch, sig_kinds)
                 if len(batch.proposals) > before:
                     batch.log.append(f"{op} filled {len(batch.proposals) - before} slot(s) the mutator left")
+        self._screen(parent, evidence, batch)
         return batch
+
+    # -- screen -------------------------------------------------------------------------------------
+    def _screen(self, parent: PromptSet, evidence: dict, batch: ProposalBatch) -> None:
+        """Replay recorded states with each child and the parent (:mod:`~promptevo.optim.screen`); the
+        verdicts go with the proposals (the engine drops the failing ones in ``filter`` mode)."""
+        expert = evidence.get("expert") or {}
+        if self.cfg.screen == "off" or not batch.proposals or not expert.get("available"):
+            return
+        states = choose_states(states_of(expert), self.cfg.screen_states)
+        if not states:
+            batch.log.append("screen: no recorded states to replay; children go to the race unscreened")
+            return
+        envs: dict[int, Any] = {}
+        cost = {"decisions": 0, "calls": 0, "tokens": 0}
+
+        def decide(prompts: PromptSet, st: Any) -> tuple[str, bool]:
+            env = envs.get(st.seed)
+            if env is None:
+                env = envs[st.seed] = self.env_factory(self.task)
+                env.reset(st.seed)
+            agent = self.build(self.cfg.agent, prompts)()
+            agent.reset(env, st.mission, seed=st.seed)
+            d = agent.act(st.observation, {"mission": st.mission})
+            if getattr(agent, "gateway", None) not in (None, self.agent_gw):  # an agent built for Ray workers
+                from promptevo.evaluation.scaleout import absorb_usage
+
+                absorb_usage(self.agent_gw, [{"trajectory": [{"calls": d.calls}]}])
+            cost["decisions"] += 1
+            cost["calls"] += len(d.calls)
+            cost["tokens"] += sum(int(c.get("prompt_tokens") or 0) + int(c.get("completion_tokens") or 0)
+                                  for c in d.calls)
+            return env.action_space().match(d.action) or env.default_action, d.parsed
+
+        rows = []
+        try:
+            for p in batch.proposals:
+                res = screen(p.prompts, parent, states, decide)
+                p.screen = res.to_dict()
+                rows.append({"operator": p.operator, **{k: v for k, v in p.screen.items() if k != "details"}})
+                if not res.keep:
+                    batch.log.append(f"screen: {p.operator} child {'dropped' if self.cfg.screen == 'filter' else 'would be dropped'}"
+                                     f" ({res.reason})")
+        finally:
+            for env in envs.values():
+                env.close()
+        batch.record["screen"] = {"mode": self.cfg.screen, "states": len(states), "children": rows, **cost}
 
     def _run_operator(self, op: str, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,
                       batch: ProposalBatch, sig_kinds: list[str]) -> None:
@@ -259,13 +335,52 @@ class TextGameAdapter:
             tried_hints |= {(p.source or {}).get("hint") for p in batch.proposals}
             for hint, edit, child in propose_hints(parent, lib, task=self.task.name, n=k, tried=ctx.tried,
                                                    signature_kinds=sig_kinds, skip=tried_hints):
-                batch.proposals.append(Proposal(child, "hint", edit.to_dict(), {"hint": hint.id}))
+                batch.proposals.append(Proposal(child, "hint", edit.to_dict(), {"hint": hint.id, "author": "person"}))
+        elif op == "induce":
+            if "induce" not in batch.record:  # one table per generation, however many slots are free
+                self._induced_child(parent, evidence, ctx, batch)
         elif op == "crossover":
             for other, child in propose_crossovers(parent, ctx.archive, parent_id=ctx.archive_parent, n=k,
                                                    tried=ctx.tried, seed=ctx.seed):
                 batch.proposals.append(Proposal(child, "crossover", None, {"parents": [ctx.archive_parent, other]}))
         elif op == "delete":
             batch.proposals += self._ablation_deletions(parent, evidence, ctx, k, batch)
+
+    def _induced_child(self, parent: PromptSet, evidence: dict, ctx: ProposalContext, batch: ProposalBatch) -> None:
+        """One child from a rule table fitted to the expert's actions (:mod:`~promptevo.optim.propose.induce`),
+        or one log line saying why there is none."""
+        expert = evidence.get("expert") or {}
+        if not expert.get("available"):
+            batch.record["induce"] = {"reason": "no expert for this game"}
+            batch.log.append("induce: no expert for this game, no child")
+            return
+        ind = induce(states_of(expert))
+        record = ind.to_dict()
+        batch.record["induce"] = record
+        if not ind.useful or ind.table is None:
+            batch.log.append(f"induce: {ind.reason}; no child")
+            return
+        rule, fmt = render(ind.table, load_phrases())
+        record["rule"], record["format"] = rule, fmt
+        module = acting_module(parent)
+        fmt_edit = format_rewrite(parent, module, fmt, "induced rule: the answer fields it reads")
+        if fmt_edit is None:
+            batch.log.append(f"induce: module {module!r} has no answer format with <|ACTION|> to write the features "
+                             "in before the action; no child")
+            return
+        why = (f"fitted to {ind.n_fit + ind.n_heldout} expert-labelled states; held-out accuracy {ind.accuracy:.0%} "
+               f"vs {ind.majority:.0%} for the majority action (n = {ind.n_heldout})")
+        edit = rule_edit(parent, module, INDUCED_SEGMENT, rule, why)
+        try:
+            child = apply_edit(apply_edit(parent, edit), fmt_edit)
+        except ValueError as e:
+            batch.log.append(f"induce: the rendered rule does not fit the prompt ({e}); no child")
+            return
+        if child.fingerprint() in ctx.tried:
+            batch.log.append("induce: the same rule as a child tried before; no child")
+            return
+        ctx.tried.add(child.fingerprint())
+        batch.proposals.append(Proposal(child, "induce", edit.to_dict(), {"author": "machine", "induce": record}))
 
     def _propose_prunes(self, parent: PromptSet, ctx: ProposalContext) -> ProposalBatch:
         props = propose_prunes(parent, self.opt_gw, n=ctx.n, history=ctx.history, tried=ctx.tried,

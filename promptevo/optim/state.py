@@ -38,8 +38,8 @@ class Candidate(BaseModel):
     prompts: dict
     parent: str | None = None
     generation: int = 0
-    operator: str = "initial"  # initial | mutate | delete | crossover | hint | skill | prune
-    source: dict | None = None  # operator details: hint id, skill id, crossover parents, ablation row
+    operator: str = "initial"  # initial | mutate | delete | crossover | hint | skill | prune | induce
+    source: dict | None = None  # operator details: hint id, skill id, crossover parents, ablation row, author
     edit: dict | None = None
     analysis: str | None = None  # path of the generation's evidence file (relative to the run dir)
     train: dict[str, dict] = Field(default_factory=dict)  # seed -> compact record
@@ -48,11 +48,12 @@ class Candidate(BaseModel):
     race: dict | None = None  # rounds played, stop reason
     verdict: dict | None = None  # training-seed acceptance against the parent
     gate: dict | None = None  # validation gate
-    status: str = "new"  # new | initial | stopped | accepted | rejected | promoted | not-promoted | vetoed
+    status: str = "new"  # new | initial | screened-out | stopped | accepted | rejected | promoted | not-promoted | vetoed
     tokens: int = 0
     cost: float = 0.0
     prompt_tokens_saved: int | None = None
     validity: dict | None = None
+    screen: dict | None = None  # replay of recorded states before racing (optim.screen)
 
     def prompt_set(self) -> PromptSet:
         return PromptSet.from_dict(self.prompts)
@@ -77,6 +78,7 @@ class GenerationRecord(BaseModel):
     mode: Literal["mutate", "prune"] = "mutate"
     evidence_seeds: list[int]
     accept_seeds: list[int]
+    expert_seeds: list[int] = Field(default_factory=list)  # training seeds the game's expert played
     evidence: str | None = None  # path of analyses/gen-NNN.json once reflected
     evidence_kind: str | None = None  # raw | cards | none
     children: list[str] = Field(default_factory=list)
@@ -176,6 +178,37 @@ def lineage(candidates: dict[str, Candidate], cid: str) -> list[Candidate]:
         out.append(candidates[cur])
         cur = candidates[cur].parent
     return list(reversed(out))
+
+
+#: operators whose edits carry game knowledge a person typed (the hint library, the initial prompts)
+PERSON_OPERATORS = frozenset({"initial", "hint"})
+
+
+def author_of(c: Candidate) -> str:
+    """Who wrote a candidate's edit: ``person`` (game knowledge a person typed: the initial prompts, the
+    hint library, a skill recorded as person-written) or ``machine`` (derived by the optimizer, an LLM call
+    or a program, from evidence or the game's expert)."""
+    src = c.source or {}
+    if src.get("author") in ("person", "machine"):
+        return str(src["author"])
+    return "person" if c.operator in PERSON_OPERATORS else "machine"
+
+
+def segment_authors(candidates: dict[str, Candidate], cid: str) -> list[dict]:
+    """For each segment of ``cid``'s prompts, the candidate of its lineage that last wrote it (added or
+    rewrote its text), that candidate's operator and :func:`author_of`; segments of the initial prompts
+    are the initial candidate's."""
+    owner: dict[tuple[str, str], Candidate] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for c in lineage(candidates, cid):
+        ps = c.prompt_set()
+        now = {(m, s.name): s.text for m, p in ps.modules for s in p.segments}
+        for key, text in now.items():
+            if texts.get(key) != text:
+                owner[key] = c
+        texts = now
+    return [{"segment": f"{m}.{s}", "candidate": owner[(m, s)].id, "operator": owner[(m, s)].operator,
+             "author": author_of(owner[(m, s)])} for (m, s) in texts]
 
 
 def record_of(ep: dict, score: float) -> dict:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
-from promptevo.evaluation.statistics import summarize_records
-from promptevo.fileio import write_json_atomic, write_text_atomic
+from promptevo.evaluation.statistics import paired_test, summarize_records
+from promptevo.fileio import read_json, write_json_atomic, write_text_atomic
 from promptevo.optim.propose.pruner import prompt_tokens
-from promptevo.optim.state import Candidate, RunState, lineage, record_of
+from promptevo.optim.state import Candidate, RunState, author_of, lineage, record_of, segment_authors
 from promptevo.segments import PromptSet
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,14 +37,15 @@ def _usage_tokens(u: dict | None) -> int:
 
 
 def operator_counts(st: RunState) -> dict[str, dict[str, int]]:
-    """Per proposal operator: children proposed, stopped early by racing, accepted on training seeds,
-    promoted by the validation gate."""
+    """Per proposal operator: children proposed, dropped by the screen before racing, stopped early by
+    racing, accepted on training seeds, promoted by the validation gate."""
     out: dict[str, dict[str, int]] = {}
     for c in st.candidates.values():
         if c.operator == "initial":
             continue
-        row = out.setdefault(c.operator, {"proposed": 0, "stopped": 0, "accepted": 0, "promoted": 0})
+        row = out.setdefault(c.operator, {"proposed": 0, "screened_out": 0, "stopped": 0, "accepted": 0, "promoted": 0})
         row["proposed"] += 1
+        row["screened_out"] += c.status == "screened-out"
         row["stopped"] += c.status == "stopped"
         row["accepted"] += c.status in ACCEPTED
         row["promoted"] += c.status == "promoted"
@@ -85,6 +86,67 @@ def strategy_summary(st: RunState) -> dict:
     }
 
 
+def promoted_edits(st: RunState) -> list[dict]:
+    """Every promoted edit: generation, operator, who wrote it (person / machine), what it changed and the
+    validation gate's verdict; an induced rule carries its table and held-out accuracy."""
+    out = []
+    for c in sorted(st.candidates.values(), key=lambda c: int(c.id[1:])):
+        if c.status != "promoted":
+            continue
+        edit = c.edit or {}
+        row = {"candidate": c.id, "generation": c.generation, "operator": c.operator, "author": author_of(c),
+               "edit": f"{edit.get('op', '')} {edit.get('module', '')}.{edit.get('segment', '')}".strip() if edit else None,
+               "text": (edit.get("text") or "")[:1200] or None,
+               "gate": {k: (c.gate or {}).get(k) for k in ("wins", "losses", "ties", "p_value", "alpha")}}
+        src = c.source or {}
+        if src.get("hint"):
+            row["hint"] = src["hint"]
+        if src.get("induce"):
+            ind = src["induce"]
+            row["induced"] = {k: ind.get(k) for k in ("table", "heldout_accuracy", "majority_accuracy",
+                                                      "majority_action", "fit_states", "heldout_states",
+                                                      "left_out_states", "none_accuracy", "format")}
+        if src.get("screen"):
+            row["screen"] = src["screen"]
+        out.append(row)
+    return out
+
+
+def expert_summary(run_dir: Path, st: RunState) -> list[dict]:
+    """Per generation: agreement of the parent with the game's expert, the largest disagreement clusters,
+    the induced table (or why none) and the screen's decisions, from ``analyses/gen-NNN.json``."""
+    out = []
+    for rec in sorted(st.generations, key=lambda r: r.index):
+        if not rec.evidence or not (run_dir / rec.evidence).is_file():
+            continue
+        try:
+            blob = read_json(run_dir / rec.evidence)
+        except (OSError, ValueError):
+            continue
+        ex = blob.get("expert") or {}
+        row: dict = {"generation": rec.index, "available": bool(ex.get("available"))}
+        if ex.get("available"):
+            row.update({"agreement": {k: (ex.get("agreement") or {}).get(k) for k in ("agree", "states", "rate")},
+                        "counts": ex.get("counts"),
+                        "clusters": [{k: c.get(k) for k in ("agent", "expert", "count", "episodes", "with_line", "cites",
+                                                             "patterns")} for c in (ex.get("clusters") or [])[:4]]})
+        if blob.get("induce"):
+            row["induce"] = blob["induce"]
+        if blob.get("screen"):
+            row["screen"] = blob["screen"]
+        if blob.get("rules"):
+            row["rules"] = blob["rules"]
+        out.append(row)
+    return out
+
+
+def progress_comparison(a: dict[str, dict], b: dict[str, dict]) -> dict:
+    """Paired Wilcoxon signed-rank test (two-sided) of the test-split progress of ``b`` against ``a``."""
+    pa = {int(s): float(r.get("progress", r.get("success", 0.0))) for s, r in a.items()}
+    pb = {int(s): float(r.get("progress", r.get("success", 0.0))) for s, r in b.items()}
+    return paired_test(pb, pa, test="wilcoxon", alternative="two-sided").to_dict()
+
+
 def _row(name: str, records: dict, candidate: Candidate | None = None) -> dict:
     row = {"name": name, "candidate": candidate.id if candidate else None, **summarize_records(records)}
     if candidate is not None:
@@ -111,6 +173,9 @@ def build_report(engine: "Engine") -> dict:
         rows.append(_row(f"initial ({cfg.agent}, {cfg.init})", init.test, init))
         rows.append(_row(f"best ({cfg.agent}, {best.id})", best.test, best))
     comparisons = {"best_vs_initial": test_comparison(init.test, best.test)} if cfg.final_test else {}
+    if cfg.final_test:
+        comparisons["best_vs_initial_progress"] = {**progress_comparison(init.test, best.test),
+                                                   "metric": "progress", "test": "wilcoxon"}
     if st.baseline.get("test"):
         comparisons["best_vs_baseline"] = test_comparison(st.baseline["test"], best.test)
     gens_done = sum(1 for g in st.generations if g.done)
@@ -139,6 +204,9 @@ def build_report(engine: "Engine") -> dict:
         "racing": {"episodes_saved": sum(g.episodes_saved for g in st.generations),
                    "children_stopped": sum(1 for c in st.candidates.values() if c.status == "stopped")},
         "lineage": [c.id for c in lineage(st.candidates, best.id)],
+        "promoted_edits": promoted_edits(st),
+        "best_segments": segment_authors(st.candidates, best.id),
+        "expert": expert_summary(engine.run_dir, st),
         "usage": engine.usage(),
         "episodes_run": engine.episodes_total,
         "wall_s": round(engine.wall_s, 1),
@@ -170,8 +238,9 @@ def markdown_table(report: dict) -> str:
                      f"{r['mean_return']:.3f} | {r['tokens']:,} |")
     for name, c in report.get("comparisons", {}).items():
         lines.append("")
+        test = "Wilcoxon signed-rank test" if c.get("test") == "wilcoxon" else "exact sign test"
         lines.append(f"{name.replace('_', ' ')}: {c['wins']} seeds won, {c['losses']} lost, {c['ties']} tied; "
-                     f"mean difference {c['mean_diff']:+.3f}; exact sign test (two-sided) p = {c['p_value']:.3g}")
+                     f"mean difference {c['mean_diff']:+.3f}; {test} (two-sided) p = {c['p_value']:.3g}")
     return "\n".join(lines)
 
 
@@ -184,13 +253,33 @@ def _markdown(report: dict) -> str:
           f"seeds: {report['accepted']}, promoted by the validation gate: {report['promoted']}. Racing stopped "
           f"{report['racing']['children_stopped']} children early and saved {report['racing']['episodes_saved']} "
           "training episodes.", "",
-          "| operator | proposed | stopped early | accepted | promoted |", "|---|---|---|---|---|"]
-    md += [f"| {op} | {v['proposed']} | {v['stopped']} | {v['accepted']} | {v['promoted']} |"
-           for op, v in report["operators"].items()] or ["| - | 0 | 0 | 0 | 0 |"]
+          "| operator | proposed | screened out | stopped early | accepted | promoted |", "|---|---|---|---|---|---|"]
+    md += [f"| {op} | {v['proposed']} | {v.get('screened_out', 0)} | {v['stopped']} | {v['accepted']} | {v['promoted']} |"
+           for op, v in report["operators"].items()] or ["| - | 0 | 0 | 0 | 0 | 0 |"]
     u = report["usage"]
     md += ["", f"Usage: {u.get('calls', 0)} LLM calls, {u.get('tokens', 0):,} tokens, ${u.get('cost', 0.0):.4f}; "
            f"wall time {report['wall_s']:.0f} s.", "",
            "Lineage of the best prompts: " + " -> ".join(report["lineage"]), ""]
+    if report.get("promoted_edits"):
+        md += ["## Promoted edits (who wrote them)", "",
+               "| candidate | generation | operator | author | edit | validation gate |", "|---|---|---|---|---|---|"]
+        for e in report["promoted_edits"]:
+            g = e.get("gate") or {}
+            gate = (f"{g.get('wins')} won / {g.get('losses')} lost, p = {g['p_value']:.3g}"
+                    if g.get("p_value") is not None else "-")
+            md.append(f"| {e['candidate']} | {e['generation']} | {e['operator']} | {e['author']} | {e.get('edit') or '-'} "
+                      f"| {gate} |")
+        for e in report["promoted_edits"]:
+            if e.get("induced"):
+                ind = e["induced"]
+                md += ["", f"{e['candidate']} (induced from the expert): held-out accuracy {ind['heldout_accuracy']:.0%} "
+                       f"vs {ind['majority_accuracy']:.0%} for always {ind['majority_action']!r} (n = {ind['heldout_states']} "
+                       f"held-out states; {ind['fit_states']} fitted; {ind['left_out_states']} states had no line naming "
+                       "the mission's things).", "", "```", e.get("text") or "", "", ind.get("format") or "", "```"]
+        md.append("")
+    if report.get("best_segments"):
+        md += ["Segments of the best prompts and who wrote them: " + "; ".join(
+            f"{r['segment']} ({r['operator']}, {r['author']})" for r in report["best_segments"]), ""]
     sigs = report.get("signatures") or {}
     for who in ("initial", "best"):
         if sigs.get(who):

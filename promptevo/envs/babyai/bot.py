@@ -15,6 +15,7 @@ import copy
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 from minigrid.envs.babyai.core.verifier import (
@@ -28,7 +29,7 @@ from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from promptevo.envs.babyai.level import MixedLocalLevel
 
-__all__ = ["clear_start_cache", "plan_length", "remaining_instr", "start_plan_length"]
+__all__ = ["clear_start_cache", "expert_action_index", "plan_length", "remaining_instr", "start_plan_length"]
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +80,63 @@ def _first_part(instr: Any) -> Any:
     return instr
 
 
-def _drop_in_place(sim: Any) -> tuple[int, bool] | None:
-    """Drop the carried object in the first free cell around the agent (turning right up to three
-    times): ``(steps, mission done)``, or None when all four cells are taken."""
-    for turns in range(4):
-        fx, fy = (int(v) for v in sim.front_pos)
-        if sim.grid.get(fx, fy) is None:
-            _, reward, _, _, _ = sim.step(sim.actions.drop)
-            return turns + 1, reward > 0
-        sim.step(sim.actions.right)
-    return None
+def _bot_actions(level: Any, limit: int) -> Iterator[int]:
+    """The actions ``BabyAIBot`` plays from the current state of ``level``, on a copy of it, until the
+    mission is done (the generator then returns); raises :class:`_NoPlan` when the bot cannot finish.
+
+    The bot is given the whole map (no exploration detours), only the part of the mission still to do,
+    and the state as it is: holding the object a ``put next`` mission moves skips fetching it; holding an
+    object the next pick-up would not allow (the bot picks up with empty hands) first drops it in a free
+    cell next to the agent (turning right up to three times), and those steps come first.
+    """
+    mission = getattr(level, "mission", "?")
+    sim = _copy_level(level)
+    sim.max_steps = int(sim.step_count) + limit + 8  # no truncation inside the simulation
+    remaining = remaining_instr(sim.instrs)
+    held = sim.carrying
+    keep = isinstance(remaining, PutNextInstr) and any(held is o for o in remaining.desc_move.obj_set)
+    used = 0
+    if held is not None and not keep and isinstance(_first_part(remaining), (PickupInstr, PutNextInstr)):
+        for _ in range(4):
+            fx, fy = (int(v) for v in sim.front_pos)
+            action = sim.actions.drop if sim.grid.get(fx, fy) is None else sim.actions.right
+            used += 1
+            _, reward, _, _, _ = sim.step(action)
+            yield int(action)
+            if action == sim.actions.drop:
+                if reward > 0:
+                    return
+                break
+        else:
+            raise _NoPlan("no free cell to drop the carried object")
+    full, sim.instrs = sim.instrs, remaining
+    try:
+        bot = BabyAIBot(sim)
+    finally:
+        sim.instrs = full
+    bot.vis_mask[:] = True
+    if keep:  # the top two subgoals are "go next to the object to move" and "pick it up"
+        del bot.stack[-2:]
+    for n in range(used + 1, limit + 1):
+        action = int(bot.replan())
+        if action == _DONE:
+            raise _NoPlan(f"the bot gave up after {n - 1} steps")
+        _, reward, terminated, truncated, _ = sim.step(action)
+        yield action
+        if reward > 0:
+            return
+        if terminated or truncated:
+            raise _NoPlan(f"stopped after {n} steps")
+    raise _NoPlan(f"did not finish {mission!r} within {limit} steps")
+
+
+class _NoPlan(Exception):
+    """The bot cannot finish the mission from this state."""
 
 
 def plan_length(level: Any, *, cap: int | None = None) -> int | None:
-    """Steps ``BabyAIBot`` needs from the current state of ``level`` to finish its mission (>= 1).
-
-    The bot plays on a copy of the level with the whole map known (no exploration detours), only the
-    part of the mission still to do, and the state as it is: holding the object a ``put next`` mission
-    moves skips fetching it; holding an object the next pick-up would not allow (the bot picks up with
-    empty hands) first drops it in a free cell next to the agent, counted in the steps.
+    """Steps ``BabyAIBot`` needs from the current state of ``level`` to finish its mission (>= 1), played
+    on a copy of the level as :func:`_bot_actions` describes (the level itself is left alone).
 
     ``None`` when the bot raises, gives up (answers ``done`` without success), the mission fails, or it
     needs more than ``cap`` steps (default: :data:`CAP_FACTOR` x the level's step limit); a one-line
@@ -105,42 +144,32 @@ def plan_length(level: Any, *, cap: int | None = None) -> int | None:
     """
     limit = int(cap) if cap is not None else CAP_FACTOR * int(level.max_steps)
     mission = getattr(level, "mission", "?")
+    n = 0
     try:
-        sim = _copy_level(level)
-        sim.max_steps = int(sim.step_count) + limit + 8  # no truncation inside the simulation
-        remaining = remaining_instr(sim.instrs)
-        held = sim.carrying
-        keep = isinstance(remaining, PutNextInstr) and any(held is o for o in remaining.desc_move.obj_set)
-        used = 0
-        if held is not None and not keep and isinstance(_first_part(remaining), (PickupInstr, PutNextInstr)):
-            dropped = _drop_in_place(sim)
-            if dropped is None:
-                log.warning("BabyAI bot cannot plan %r: no free cell to drop the carried object", mission)
-                return None
-            used, done = dropped
-            if done:
-                return used
-        full, sim.instrs = sim.instrs, remaining
-        try:
-            bot = BabyAIBot(sim)
-        finally:
-            sim.instrs = full
-        bot.vis_mask[:] = True
-        if keep:  # the top two subgoals are "go next to the object to move" and "pick it up"
-            del bot.stack[-2:]
-        for n in range(used + 1, limit + 1):
-            action = int(bot.replan())
-            _, reward, terminated, truncated, _ = sim.step(action)
-            if reward > 0:
-                return n
-            if terminated or truncated or action == _DONE:
-                log.warning("BabyAI bot cannot finish %r from this state (stopped after %d steps)", mission, n)
-                return None
+        for _ in _bot_actions(level, limit):
+            n += 1
+    except _NoPlan as e:
+        log.warning("BabyAI bot cannot finish %r from this state: %s", mission, e)
+        return None
     except Exception as e:  # noqa: BLE001 - any bot failure means "no plan", never a crash
         log.warning("BabyAI bot failed to plan %r: %s: %s", mission, type(e).__name__, str(e)[:200] or "(no message)")
         return None
-    log.warning("BabyAI bot did not finish %r within %d steps", mission, limit)
-    return None
+    return n
+
+
+def expert_action_index(level: Any) -> int:
+    """The first action of ``BabyAIBot``'s plan from the current state of ``level`` (minigrid's action
+    index), computed on a copy as :func:`_bot_actions` describes. Raises ``RuntimeError`` with a one-line
+    reason when the bot cannot plan this state."""
+    limit = CAP_FACTOR * int(level.max_steps)
+    try:
+        for action in _bot_actions(level, limit):
+            return action
+    except _NoPlan as e:
+        raise RuntimeError(f"the BabyAI bot cannot plan this state: {e}") from None
+    except Exception as e:  # noqa: BLE001 - minigrid's own errors ("nothing left to explore"...)
+        raise RuntimeError(f"the BabyAI bot failed: {type(e).__name__}: {str(e)[:200] or '(no message)'}") from None
+    raise RuntimeError("the mission is already done")
 
 
 def start_plan_length(goal: str, num_dists: int, seed: int) -> int | None:

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from promptevo.envs.babyai.bot import plan_length, start_plan_length
+from promptevo.envs.babyai.bot import expert_action_index, plan_length, start_plan_length
 from promptevo.envs.babyai.level import MixedLocalLevel, check_goal
 from promptevo.envs.babyai.spec import ACTIONS, BABYAI_GOALS, DEFAULT_ACTION, FEEDBACK_STYLES
 from promptevo.envs.babyai.view import describe
-from promptevo.envs.base import StepResult, TextEnv
+from promptevo.envs.base import ExpertError, StepResult, TextEnv
 
 __all__ = [
     "ACTIONS",
@@ -274,6 +274,20 @@ class BabyAITextEnv(TextEnv):
             log.debug("no BabyAI progress for seed %s: bot plan lengths %s -> %s", self._seed, start, end)
             return None
         return max(0.0, 1.0 - end / start)
+
+    def expert_action(self) -> str | None:
+        """The first action of minigrid's ``BabyAIBot`` from the current state, planned on a copy of the
+        level with the whole map known and only the part of the mission still to do (the same bot play-out
+        as :meth:`progress`); :class:`ExpertError` when the bot cannot plan this state."""
+        if not self._started:
+            raise RuntimeError("call reset(seed) before expert_action()")
+        if self._done:
+            raise ExpertError("the episode is over")
+        try:
+            index = expert_action_index(self.level)
+        except RuntimeError as e:
+            raise ExpertError(str(e)) from None
+        return ACTIONS[index] if index < len(ACTIONS) else DEFAULT_ACTION
 
     def state_key(self) -> object | None:
         """The full state as a hashable tuple: agent position and direction, where each key, ball and

@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from promptevo.envs.base import ActionSpace, StepResult, TextEnv, gbnf_literal
+from promptevo.envs.base import ActionSpace, ExpertError, StepResult, TextEnv, gbnf_literal
 from promptevo.envs.mapf.generator import (
     ANY_GOAL,
     HOLE,
@@ -413,6 +413,33 @@ class MAPFFrozenLakeEnv(TextEnv):
         if self.instance is None or self.config.slip_prob > 0:
             return None
         return (tuple(self.positions), tuple(self.alive), tuple(self._is_home(i) for i in range(self.n_agents)))
+
+    def expert_action(self) -> str | None:
+        """The first joint move of the reference solver's plan from the agents' current cells (the plan of
+        the non-slippery instance, re-planned in every state, so it is also a sound policy on slippery ice).
+        :class:`ExpertError` once an agent is lost (the mission cannot be completed any more) or when the
+        solver finds no plan within its budget."""
+        from promptevo.envs.mapf.solver import SolverError, solve
+
+        inst = self.instance
+        if inst is None:
+            raise RuntimeError("call reset(seed) before expert_action()")
+        if self.done:
+            raise ExpertError("the episode is over")
+        if not all(self.alive):
+            raise ExpertError("an agent fell into a hole: the mission cannot be completed any more")
+        key = tuple(self.positions)
+        cached = getattr(self, "_expert_cache", None)
+        if cached is None or cached[0] is not inst or cached[1] != key:
+            try:
+                plan = solve(inst.grid, self.positions, inst.goals, goal_assignment=self.config.goal_assignment,
+                             seed=self.config.seed)
+            except (SolverError, ValueError) as e:
+                raise ExpertError(f"the reference solver found no plan from this state: {e}") from None
+            moves = plan.joint_moves()
+            cached = (inst, key, moves[0] if moves else ["stay"] * self.n_agents)
+            self._expert_cache = cached
+        return format_joint_action(cached[2])
 
     def progress(self) -> float | None:
         """1.0 on success, else the mean over agents of ``max(0, 1 - d_now / d_start)`` with ``d`` the

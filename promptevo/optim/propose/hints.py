@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.resources import prompts_dir
 from promptevo.segments import Edit, PromptSet, apply_edit, sanitize_text
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
-FORMAT_SEGMENTS = ("format", "output_format")
 
 
 class HintLibraryError(ValueError):
@@ -116,23 +116,14 @@ def load_hints(path: str | Path) -> HintLibrary:
 
 
 def target_module(prompts: PromptSet, target: str) -> str:
-    """The module a hint goes into: the descriptor for ``perceive`` when there is one, else the module
-    that picks the action (``actor``, or the single module of a one-call agent)."""
-    names = prompts.module_names
-    if target == "perceive" and "descriptor" in names:
-        return "descriptor"
-    return "actor" if "actor" in names else names[0]
+    """The module a hint goes into (see :func:`~promptevo.optim.propose.answer_format.acting_module`)."""
+    return acting_module(prompts, target)
 
 
 def hint_edit(hint: Hint, prompts: PromptSet) -> Edit:
     """The ``add`` edit inserting ``hint`` before the module's answer-format segment."""
-    module = target_module(prompts, hint.target)
-    names = prompts.module(module).names
-    fmt = next((i for i, n in enumerate(names) if n in FORMAT_SEGMENTS), len(names))
-    after = names[fmt - 1] if fmt > 0 else None
-    return Edit(op="add", module=module, segment=hint.segment, text=hint.text,
-                rationale=f"hint library rule {hint.id}" + (f" (for {', '.join(hint.tags)})" if hint.tags else ""),
-                after=after)
+    return rule_edit(prompts, target_module(prompts, hint.target), hint.segment, hint.text,
+                     f"hint library rule {hint.id}" + (f" (for {', '.join(hint.tags)})" if hint.tags else ""))
 
 
 def format_edit(hint: Hint, prompts: PromptSet, module: str) -> Edit | None:
@@ -140,16 +131,7 @@ def format_edit(hint: Hint, prompts: PromptSet, module: str) -> Edit | None:
     module has no tagged-action format segment (e.g. the naive agent, which answers with the action only)."""
     if not hint.format:
         return None
-    prompt = prompts.module(module)
-    name = next((n for n in prompt.names if n in FORMAT_SEGMENTS), None)
-    old = prompt.get(name) if name else None
-    if not name or not old or "<|ACTION|>" not in old:
-        return None
-    text = hint.format
-    if "{mission}" in old and "{mission}" not in text:
-        text = "Mission: {mission}\n" + text
-    return Edit(op="rewrite", module=module, segment=name, text=text,
-                rationale=f"hint library rule {hint.id}: the answer shape it needs")
+    return format_rewrite(prompts, module, hint.format, f"hint library rule {hint.id}: the answer shape it needs")
 
 
 def rank_hints(hints: Iterable[Hint], signature_kinds: Iterable[str]) -> list[Hint]:

@@ -205,9 +205,11 @@ def build_mutator_messages(
     env_instructions: str = "",
     template_path: str | Path | None = None,
     skills: str | None = None,
+    expert: str = "",
 ) -> list[dict]:
     """System and user messages of one mutation call; ``skills`` (reusable rules learned on other
-    tasks) adds a section after the history when non-empty."""
+    tasks) adds a section after the history when non-empty; ``expert`` (where the agent departs from the
+    game's expert, :func:`~promptevo.optim.reflect.expert.render_clusters`) follows the diagnosis."""
     system_t, user_t = load_template("mutator", template_path)
     ex_mod, ex_seg = example_target(prompts)
     values = {
@@ -216,7 +218,8 @@ def build_mutator_messages(
         "env_instructions": env_instructions.strip() or "(not given)",
         "n": n,
         "prompt_full": render_full_prompts(prompts),
-        "analysis": analysis.summary_text() if analysis is not None else "(no diagnosis available)",
+        "analysis": (analysis.summary_text() if analysis is not None else "(no diagnosis available)")
+        + (f"\n\nWhere the agent departs from the game's expert:\n{expert.strip()}" if expert.strip() else ""),
         "history": render_history(history),
         "skills_section": skills_section(skills),
     }
@@ -299,13 +302,14 @@ def propose_detailed(
     template_path: str | Path | None = None,
     constrained: bool | None = None,
     skills: str | None = None,
+    expert: str = "",
 ) -> Proposals:
     """Like :func:`propose` but also returns the rejected edits with reasons, the raw reply and usage."""
     history = list(history or [])
     tried_set = set(tried)
     msgs = build_mutator_messages(
         prompts, analysis, n=n, history=history, env_instructions=env_instructions, template_path=template_path,
-        skills=skills,
+        skills=skills, expert=expert,
     )
     state: dict[str, list[dict]] = {"rejected": [], "repaired": []}
     parse = edit_parser(prompts, tried_set, check_edit, state)

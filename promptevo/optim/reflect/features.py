@@ -1,0 +1,171 @@
+"""Features of a decision state computed from its text alone: which observation lines name what the
+mission names, and the shape of those lines.
+
+Nothing here knows a game. A mission's *things* are the maximal runs of its words that also occur in
+observation lines and are not structural (a structural token occurs in most observation lines: "a",
+"step"...), in the order the mission names them ("put the red ball next to the blue key": slot 1 "red
+ball", slot 2 "blue key"). For each slot, the first observation line that contains the slot's words as
+a run gives the features:
+
+======== ==================================================================================
+feature  value
+======== ==================================================================================
+line     ``yes`` / ``none``: some line names the slot's thing
+first    the line's first word
+last     the line's last word
+before   the word just before the thing's words (``-`` at the start of the line)
+after    the word just after them (``-`` at the end)
+rest     the line with the thing's words replaced by ``...`` ("a ... 1 step forward")
+count    how many lines name it (``1``, ``2+``)
+======== ==================================================================================
+
+A feature is named ``<slot>.<feature>`` (``1.last``). :func:`vocabulary` learns the structural tokens
+and the words lines use from a set of states; the same vocabulary must be used for every state of one
+fit. All functions are pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+#: a token in at least this share of observation lines is structural (never part of a thing's name)
+STRUCTURAL_SHARE = 0.5
+#: at most this many slots (things named by one mission)
+MAX_SLOTS = 3
+FEATURES = ("line", "first", "last", "before", "after", "rest", "count")
+NONE = "none"
+PLACEHOLDER = "..."
+
+
+def tokens(text: str) -> list[str]:
+    """Lowercase words and numbers of ``text``."""
+    return _WORD.findall(text.lower())
+
+
+def observation_lines(observation: str) -> list[str]:
+    """The non-empty lines of an observation, stripped."""
+    return [ln.strip() for ln in observation.splitlines() if ln.strip()]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What lines are made of, learnt from states: the words lines use, and the structural ones."""
+
+    line_words: frozenset[str]
+    structural: frozenset[str]
+
+    def to_dict(self) -> dict:
+        return {"structural": sorted(self.structural), "line_words": len(self.line_words)}
+
+
+def vocabulary(observations: Iterable[str], *, share: float = STRUCTURAL_SHARE) -> Vocabulary:
+    """The vocabulary of a set of observations (each line counted once per observation)."""
+    counts: Counter[str] = Counter()
+    n_lines = 0
+    for obs in observations:
+        for line in observation_lines(obs):
+            n_lines += 1
+            counts.update(set(tokens(line)))
+    structural = {w for w, c in counts.items() if n_lines and c / n_lines >= share}
+    return Vocabulary(frozenset(counts), frozenset(structural))
+
+
+def mission_slots(mission: str, vocab: Vocabulary) -> list[tuple[str, ...]]:
+    """The things a mission names, in order: maximal runs of mission words that lines use, trimmed of
+    structural words at both ends, with at least one non-structural word; duplicates dropped."""
+    out: list[tuple[str, ...]] = []
+    run: list[str] = []
+
+    def close() -> None:
+        while run and run[0] in vocab.structural:
+            run.pop(0)
+        while run and run[-1] in vocab.structural:
+            run.pop()
+        if run and tuple(run) not in out:
+            out.append(tuple(run))
+        run.clear()
+
+    for w in tokens(mission):
+        if w in vocab.line_words:
+            run.append(w)
+        else:
+            close()
+    close()
+    return out[:MAX_SLOTS]
+
+
+def _find(seq: Sequence[str], sub: Sequence[str]) -> int:
+    n = len(sub)
+    for i in range(len(seq) - n + 1):
+        if tuple(seq[i:i + n]) == tuple(sub):
+            return i
+    return -1
+
+
+def slot_lines(observation: str, thing: Sequence[str]) -> list[tuple[str, list[str], int]]:
+    """``(line, its tokens, where the thing starts)`` for every observation line naming ``thing``."""
+    out = []
+    for line in observation_lines(observation):
+        toks = tokens(line)
+        at = _find(toks, thing)
+        if at >= 0:
+            out.append((line, toks, at))
+    return out
+
+
+def state_features(observation: str, mission: str, vocab: Vocabulary) -> dict[str, str]:
+    """The features of one state (see the module docstring); a slot with no line has only
+    ``<slot>.line = none``."""
+    feats: dict[str, str] = {}
+    for k, thing in enumerate(mission_slots(mission, vocab), 1):
+        found = slot_lines(observation, thing)
+        if not found:
+            feats[f"{k}.line"] = NONE
+            continue
+        _, toks, at = found[0]
+        end = at + len(thing)
+        feats.update({
+            f"{k}.line": "yes",
+            f"{k}.first": toks[0],
+            f"{k}.last": toks[-1],
+            f"{k}.before": toks[at - 1] if at > 0 else "-",
+            f"{k}.after": toks[end] if end < len(toks) else "-",
+            f"{k}.rest": " ".join(toks[:at] + [PLACEHOLDER] + toks[end:]),
+            f"{k}.count": "1" if len(found) == 1 else "2+",
+        })
+    return feats
+
+
+def defined(features: dict[str, str]) -> bool:
+    """True when some slot has a line (the state can be decided from its text)."""
+    return any(k.endswith(".line") and v == "yes" for k, v in features.items())
+
+
+def relevant_lines(observation: str, mission: str, vocab: Vocabulary) -> list[str]:
+    """The observation lines that name something the mission names (each once, in order)."""
+    seen: list[str] = []
+    for thing in mission_slots(mission, vocab):
+        for line, _, _ in slot_lines(observation, thing):
+            if line not in seen:
+                seen.append(line)
+    return seen
+
+
+def anonymise(line: str, mission: str, vocab: Vocabulary) -> str:
+    """``line`` with the words of the mission's things replaced by ``...`` (so that evidence shown to a
+    small model carries the shape of a line, not one instance's names)."""
+    toks = tokens(line)
+    for thing in mission_slots(mission, vocab):
+        at = _find(toks, thing)
+        if at >= 0:
+            toks = toks[:at] + [PLACEHOLDER] + toks[at + len(thing):]
+    return " ".join(toks)
+
+
+__all__ = ["FEATURES", "NONE", "PLACEHOLDER", "Vocabulary", "anonymise", "defined", "mission_slots",
+           "observation_lines", "relevant_lines", "slot_lines", "state_features", "tokens", "vocabulary"]
