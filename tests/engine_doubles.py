@@ -201,9 +201,10 @@ def run(cfg: OptimizeConfig, runner: CountingRunner | None = None, *, responder_
 
     agw, ogw = gateways()
     kw.setdefault("quiet", True)
+    kw.setdefault("initial_prompts", initial_prompts())
     with ScriptedLLM.install(responder_fn or responder):
         return promptevo.optimize(cfg, agent_gateway=agw, optimizer_gateway=ogw, task=task or make_task(),
-                                  initial_prompts=initial_prompts(), runner=runner or CountingRunner(), **kw)
+                                  runner=runner or CountingRunner(), **kw)
 
 
 def fp_of(res, cid: str) -> str:

@@ -77,17 +77,20 @@ def vocabulary(observations: Iterable[str], *, share: float = STRUCTURAL_SHARE) 
 
 def mission_slots(mission: str, vocab: Vocabulary) -> list[tuple[str, ...]]:
     """The things a mission names, in order: maximal runs of mission words that lines use, trimmed of
-    structural words at both ends, with at least one non-structural word; duplicates dropped."""
+    structural words at both ends (a run of structural words only keeps its last word, when every line
+    names the thing); duplicates dropped."""
     out: list[tuple[str, ...]] = []
     run: list[str] = []
 
     def close() -> None:
+        last = run[-1:]
         while run and run[0] in vocab.structural:
             run.pop(0)
         while run and run[-1] in vocab.structural:
             run.pop()
-        if run and tuple(run) not in out:
-            out.append(tuple(run))
+        thing = tuple(run) or tuple(w for w in last if len(w) > 2)  # all structural: the run's head word
+        if thing and thing not in out:
+            out.append(thing)
         run.clear()
 
     for w in tokens(mission):
