@@ -650,7 +650,8 @@ def cli_main(args: list[str]) -> int:
     from rich.console import Console
 
     p = argparse.ArgumentParser(prog="promptevo report",
-                                description="(Re)write results/<run>/report.html: a static HTML report of a run.")
+                                description="(Re)write results/<run>/report.html (a static HTML report of a run) and, "
+                                "for a finished run, report.json and report.md from its checkpoint.")
     p.add_argument("run", help="run folder, or a run name under --results-dir")
     p.add_argument("--results-dir", default="results", help="where run folders are (default results)")
     try:
@@ -658,7 +659,11 @@ def cli_main(args: list[str]) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
-        path = write_html(resolve_run_dir(ns.run, ns.results_dir))
+        from promptevo.reporting.report import rebuild_report
+
+        run_dir = resolve_run_dir(ns.run, ns.results_dir)
+        rebuild_report(run_dir)
+        path = write_html(run_dir)
     except (RunError, OSError) as e:
         Console(stderr=True).print(f"error: {_line(e)}", highlight=False, markup=False, soft_wrap=True)
         return 2

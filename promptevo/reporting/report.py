@@ -307,6 +307,34 @@ def write_report(run_dir: Path, report: dict, st: RunState) -> None:
     best_ps.save(run_dir / "best.json")
 
 
+class _Recorded:
+    """What :func:`build_report` reads of an engine, from a finished run's checkpoint."""
+
+    def __init__(self, run_dir: Path, state: RunState):
+        self.run_dir, self.state, self.cfg = run_dir, state, state.config
+        self.episodes_total, self.wall_s = state.episodes_run, state.wall_s
+
+    def test_seeds(self) -> list[int]:
+        return list(self.state.splits.get("test", []))
+
+    def usage(self) -> dict:
+        return dict(self.state.usage)
+
+
+def rebuild_report(run_dir: Path) -> dict | None:
+    """Rewrite ``report.json``/``report.md`` of a finished run from its checkpoint (nothing is played), so
+    a run made by an earlier version gets the sections of this one; None when the run is not finished."""
+    from promptevo.optim.state import load_checkpoint
+
+    st = load_checkpoint(run_dir)
+    if st.phase != "done":
+        return None
+    report = build_report(_Recorded(run_dir, st))  # type: ignore[arg-type]
+    write_json_atomic(run_dir / "report.json", report)
+    write_text_atomic(run_dir / "report.md", _markdown(report))
+    return report
+
+
 def finish_run(engine: "Engine") -> dict:
     """The engine's final step: test evaluation (floor, baseline, initial, best), then the report files."""
     st, cfg = engine.state, engine.cfg
