@@ -282,9 +282,12 @@ def _rule_following_agent(messages, params):
 def test_induced_rule_is_screened_raced_promoted_and_reported_as_machine_written(tmp_path):
     from engine_doubles import CountingRunner
 
+    from promptevo.optim.propose.skills import SkillLibrary
+
+    bank = tmp_path / "rules.json"
     cfg = config(tmp_path, agent="robust-cot", init="plain", operators=["induce", "mutate"], generations=1, children=1,
                  episodes=8, evidence_episodes=4, validation_episodes=24, test_episodes=12, expert_episodes=12,
-                 agent_options={"history": 1})
+                 agent_options={"history": 1}, skills=str(bank))
     initial = PromptSet.of({"system": Prompt((Segment("role", "You pick up the ball."),
                                               Segment("format", "Mission: {mission}\n<|ACTION|>the action<|END|>")))})
     res = run(cfg, CountingRunner(env=TurnEnv), responder_fn=_rule_following_agent, initial_prompts=initial)
@@ -298,3 +301,43 @@ def test_induced_rule_is_screened_raced_promoted_and_reported_as_machine_written
     owners = {r["segment"]: r for r in res.report["best_segments"]}
     assert owners["system.induced-rule"]["author"] == "machine"
     assert res.report["expert"][0]["induce"]["table"]["root"] == "1.last"
+    # the rule bank keeps it, with who wrote it, the answer format it needs and its evidence
+    (rule,) = SkillLibrary.load(bank).skills
+    assert (rule.author, rule.operator, rule.status, rule.segment) == ("machine", "induce", "promoted", "induced-rule")
+    assert "<|ACTION|>" in rule.format and rule.evidence["heldout_accuracy"] == 1.0
+    assert rule.counters()["tasks"]["scripted-pickup"] == {"tried": 1, "accepted": 1, "promoted": 1}
+    # and offers it to a run on another task, with its format
+    other = config(tmp_path, agent="robust-cot", operators=["mutate"], generations=1, children=1, episodes=8,
+                   evidence_episodes=4, validation_episodes=24, test_episodes=12, agent_options={"history": 1},
+                   skills=str(bank), run="run2")
+    res2 = run(other, CountingRunner(env=TurnEnv), responder_fn=_rule_following_agent, initial_prompts=initial,
+               task=make_task(name="other-pickup"))
+    c1 = next(c for c in res2.candidates if c.id == "c1")
+    assert c1.operator == "skill" and c1.source == {"skill": rule.id, "author": "machine"}
+    assert "Last word:" in c1.prompt_set().module("system").get("format")
+    used = SkillLibrary.load(bank).skills[0]
+    assert used.counters()["tasks"]["other-pickup"]["tried"] == 1
+
+
+# -- the rules operator ----------------------------------------------------------------------------------
+def test_rule_writer_drops_instance_specific_numbered_and_repeated_rules():
+    from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
+    from promptevo.optim.propose.rules import check_rule, write_rules
+
+    cluster = {"agent": "go forward", "expert": "turn left", "count": 5, "with_line": 5,
+               "patterns": [["a ... 2 steps left", 3], ["a ... 1 step left", 2]],
+               "examples": [{"cite": "S1.0", "mission": "go to the red ball", "lines": ["a red ball 2 steps left"]}]}
+    assert check_rule("If you see a red ball, go forward.", cluster, []).startswith("names a particular thing")
+    assert check_rule("Turn left when it is 2 steps left.", cluster, []) == "names a number"
+    assert check_rule("When the line ends with left, answer turn left.", cluster,
+                      ["When the line ends with left, answer turn left!"]) == "same as a rule already tried"
+    replies = iter(['{"rule": "If the red ball is on the left, turn left.", "format": null}',
+                    '{"rule": "When the line about your target ends with left, answer turn left.", "format": '
+                    '"Line: <the line>\\n<|ACTION|>the action<|END|>"}',
+                    '{"rule": "When the line about your target ends with left, answer turn left.", "format": null}'])
+    gw = Gateway(LLMConfig(model="fake/optimizer", cache_dir=None, num_retries=0))
+    with ScriptedLLM.install(lambda messages: next(replies)):
+        rnd = write_rules([cluster], gw, actions="turn left, turn right, go forward", tried=[], samples=3)
+    assert [s.kept for s in rnd.samples] == [False, True, False]
+    assert rnd.kept[0].format.endswith("<|END|>") and rnd.usage["calls"] == 3
+    assert "red" not in (rnd.kept[0].rule + (rnd.kept[0].format or ""))

@@ -175,3 +175,12 @@ def test_a_hint_with_an_answer_shape_rewrites_the_format_segment(tmp_path):
     bad.write_text('[[hint]]\nid = "x"\ntext = "y"\nformat = "Just answer."\n')
     with pytest.raises(HintLibraryError, match="must be text that keeps"):
         load_hints(bad)
+
+
+def test_rank_hints_weighs_every_observed_signature_a_hint_addresses_then_prefers_the_task():
+    from promptevo.optim.propose.hints import Hint
+
+    hints = [Hint("generic", "g", tags=("wall_bump",)), Hint("two", "t", tags=("wall_bump", "repeated_state")),
+             Hint("mine", "m", tags=("wall_bump",), tasks=("goto",)), Hint("none", "n", tags=("other",))]
+    order = [h.id for h in rank_hints(hints, ["wall_bump", "repeated_state"], "goto")]
+    assert order == ["two", "mine", "generic", "none"]

@@ -224,7 +224,7 @@ def test_partial_runs_render(tmp_path):
 
 
 def test_load_run_errors_and_cli(full_run, tmp_path, capsys):
-    from promptevo.reporting.html import cli_main
+    from promptevo.reporting.report import cli_main
 
     with pytest.raises(RunError, match="no checkpoint.json"):
         load_run(tmp_path)
@@ -254,7 +254,7 @@ def test_load_run_errors_and_cli(full_run, tmp_path, capsys):
 
 
 def test_report_failure_does_not_fail_the_run(tmp_path, monkeypatch):
-    import promptevo.reporting.html as report
+    import promptevo.reporting.report as report
 
     def boom(run_dir):
         raise RuntimeError("disk full")

@@ -472,7 +472,7 @@ def test_library_skill_is_inserted_as_a_child_and_its_use_recorded(tmp_path):
     res, _, _ = run(tmp_path, opt, name="skills-a", skills=str(lib_path), children=2, skill_children=1)
     cs = cands(res)
     c1, c2 = cs["c1"], cs["c2"]
-    assert c1.operator == "skill" and c1.source == {"skill": sid}
+    assert c1.operator == "skill" and c1.source == {"skill": sid, "author": "machine"}
     assert c1.edit["op"] == "add" and c1.edit["module"] == "actor" and c1.edit["text"] == RULE
     assert c1.edit["segment"] == "skill-rules" and sid in c1.edit["rationale"]
     assert c1.prompt_set().module("actor").names == ["role", "rules", "tips", "skill-rules", "output_format"]
@@ -490,7 +490,7 @@ def test_library_skill_is_inserted_as_a_child_and_its_use_recorded(tmp_path):
     assert uses[0]["gain"] == pytest.approx(c1.gate["mean_diff"]) and uses[0]["gain"] > 0  # the validation gain
     assert res.report["strategies"]["skill_children"] == [{"candidate": "c1", "skill": sid, "status": "promoted"}]
     children = evidence_blob(res)["children"]
-    assert [(c["id"], c["operator"], c["source"]) for c in children] == [("c1", "skill", {"skill": sid}),
+    assert [(c["id"], c["operator"], c["source"]) for c in children] == [("c1", "skill", {"skill": sid, "author": "machine"}),
                                                                          ("c2", "mutate", None)]
 
 

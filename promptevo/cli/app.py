@@ -590,8 +590,8 @@ def export_cmd(ctx: typer.Context) -> None:
 
 @app.command("report", context_settings=_PASSTHROUGH)
 def report_cmd(ctx: typer.Context) -> None:
-    """(Re)write a run's static HTML report, results/<run>/report.html (promptevo.reporting.html)."""
-    _delegate("report", "promptevo.reporting.html", ctx.args)
+    """(Re)write a run's report: report.html, and report.json/report.md of a finished run (promptevo.reporting.report)."""
+    _delegate("report", "promptevo.reporting.report", ctx.args)
 
 
 def main() -> None:

@@ -53,8 +53,13 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
     a("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
     a("--race-alpha", type=float, help="level at which a child worse than its parent stops early (default 0.2)")
-    a("--operators", type=_list, help="proposal operators, comma separated: induce, mutate, delete, crossover, "
-      "hints (default induce,mutate; induce needs a game with an expert and is skipped with a note elsewhere)")
+    a("--operators", type=_list, help="proposal operators, comma separated: induce, rules, mutate, delete, crossover, "
+      "hints (default induce,mutate; induce and rules need a game with an expert and are skipped with a note "
+      "elsewhere; hints is the person-written library)")
+    a("--rule-samples", type=int, help="rules operator: optimizer replies per disagreement cluster (default 3)")
+    a("--screen", choices=["filter", "audit", "off"], help="replay recorded states with each child before racing: "
+      "filter drops children that fix nothing (default), audit only records the verdict")
+    a("--screen-states", type=int, help="recorded states the screen replays per child (default 24)")
     a("--expert-episodes", type=int, help="training seeds the game's expert plays per generation for induce "
       "(default 20; no LLM calls)")
     a("--hints", help="hint library file (default with --operators hints: the family's shipped library)")
@@ -84,7 +89,9 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     s.add_argument("--cards-above", type=int, metavar="TOKENS", help="with --evidence auto: raw prompt tokens above "
                    "which cards are used (default 4000)")
     s.add_argument("--prune-at", type=float, metavar="RATE", help="scaffold pruning once validation success >= RATE")
-    s.add_argument("--skills", metavar="FILE", help="skill library (JSON, created if missing)")
+    s.add_argument("--skills", "--rules", dest="skills", metavar="FILE", help="rule bank / skill library (JSON, "
+                   "created if missing): machine-written rules accepted or promoted here are kept with their "
+                   "evidence and counters, and offered as children to runs on other tasks")
     s.add_argument("--skill-children", type=int, help="children per generation that insert a skill (default 1)")
     s.add_argument("--backtest", action="store_true", default=None,
                    help="before promoting, replay on earlier generations' seeds and run validity diagnostics")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 Fitness = Literal["success", "return", "progress", "progression"]
 AcceptRule = Literal["margin", "sign", "wilcoxon", "bootstrap", "always"]
 PromoteRule = Literal["sign", "wilcoxon", "bootstrap", "margin"]
-Operator = Literal["induce", "mutate", "delete", "crossover", "hints"]
+Operator = Literal["induce", "rules", "mutate", "delete", "crossover", "hints"]
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 
 
@@ -70,6 +70,7 @@ class OptimizeConfig(BaseModel):
     screen: Literal["filter", "audit", "off"] = Field(default="filter", description="replay recorded states "
                                                       "with each child before racing (needs an expert): filter "
                                                       "drops children that fix nothing, audit only records")
+    rule_samples: int = Field(default=3, ge=1, description="rules operator: replies asked per disagreement cluster")
     screen_states: int = Field(default=24, ge=1, description="recorded states the screen replays per child")
     expert_episodes: int = Field(default=20, ge=0, description="training seeds the game's expert plays per "
                                  "generation (labelled states for induced rules; no LLM calls)")

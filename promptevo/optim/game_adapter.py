@@ -14,6 +14,8 @@ Proposal operators (``--operators``), each child recording the operator that mad
 * ``hints`` - one rule from the family's hint library (``prompts/hints/<family>.toml`` or ``--hints``);
 * ``induce`` - where the env has an expert: a rule table fitted to the expert's actions on labelled
   training states, with an answer format that makes the agent write the features the table reads;
+* ``rules`` - the optimizer LLM writes one rule per disagreement cluster with the expert (narrow,
+  schema-forced requests, several samples, instance-specific and already-tried rules dropped);
 * with ``--skills`` a library skill learned on another task; in pruning generations the pruner's edits.
 """
 
@@ -33,6 +35,8 @@ from promptevo.optim.propose.hints import HintLibrary, HintLibraryError, builtin
 from promptevo.optim.propose.induce import SEGMENT as INDUCED_SEGMENT
 from promptevo.optim.propose.induce import induce, load_phrases, render
 from promptevo.optim.propose.mutator import propose_detailed
+from promptevo.optim.propose.rules import segment_name as rule_segment
+from promptevo.optim.propose.rules import write_rules
 from promptevo.optim.propose.pruner import prompt_tokens, propose_prunes, prunable_segments
 from promptevo.optim.reflect.analyzer import Analysis, analyze, build_analyzer_messages
 from promptevo.optim.reflect.expert import collect as collect_expert
@@ -339,6 +343,9 @@ class TextGameAdapter:
         elif op == "induce":
             if "induce" not in batch.record:  # one table per generation, however many slots are free
                 self._induced_child(parent, evidence, ctx, batch)
+        elif op == "rules":
+            if "rules" not in batch.record:
+                self._rule_children(parent, evidence, ctx, k, batch)
         elif op == "crossover":
             for other, child in propose_crossovers(parent, ctx.archive, parent_id=ctx.archive_parent, n=k,
                                                    tried=ctx.tried, seed=ctx.seed):
@@ -382,6 +389,51 @@ class TextGameAdapter:
         ctx.tried.add(child.fingerprint())
         batch.proposals.append(Proposal(child, "induce", edit.to_dict(), {"author": "machine", "induce": record}))
 
+    def _rule_children(self, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,
+                       batch: ProposalBatch) -> None:
+        """Up to ``k`` children, each one rule the optimizer LLM wrote for one disagreement cluster
+        (:mod:`~promptevo.optim.propose.rules`), or a log line saying why there is none."""
+        clusters = (evidence.get("expert") or {}).get("clusters") or []
+        if not clusters:
+            batch.record["rules"] = {"note": "no disagreement clusters"}
+            batch.log.append("rules: no disagreement clusters with the expert (no expert, or the agent agrees); no child")
+            return
+        tried = [str((h.get("edit") or {}).get("text") or "") for h in ctx.history]
+        env = self.env_factory(self.task)
+        try:
+            env.reset(self.task.seed_list("train")[0])
+            actions = env.action_space().describe()
+        finally:
+            env.close()
+        rnd = write_rules(clusters, self.opt_gw, actions=actions, tried=tried, samples=self.cfg.rule_samples,
+                          temperature=self.cfg.optimizer_temperature, seed=self.cfg.seed * 1000 + ctx.generation)
+        batch.record["rules"] = rnd.to_dict()
+        batch.usage["rules"] = dict(rnd.usage)
+        module = acting_module(parent)
+        made = 0
+        for sample in rnd.kept:
+            if made >= k:
+                break
+            edit = rule_edit(parent, module, rule_segment(sample.rule), sample.rule,
+                             f"written by the optimizer for disagreement cluster {sample.cluster}")
+            try:
+                child = apply_edit(parent, edit)
+                fmt = format_rewrite(child, module, sample.format, "the answer shape the rule needs") if sample.format else None
+                if fmt is not None:
+                    child = apply_edit(child, fmt)
+            except ValueError:
+                continue
+            if child.fingerprint() in ctx.tried:
+                continue
+            ctx.tried.add(child.fingerprint())
+            batch.proposals.append(Proposal(child, "rule", edit.to_dict(), {"author": "machine", "cluster": sample.cluster,
+                                                                           "format": sample.format}))
+            made += 1
+        dropped = len(rnd.samples) - len(rnd.kept)
+        batch.log.append(f"rules: {len(rnd.samples)} written, {dropped} dropped before any episode"
+                         + (f" ({'; '.join(sorted({s.reason for s in rnd.samples if not s.kept}))})" if dropped else "")
+                         + (f"; {len(rnd.errors)} unusable replies" if rnd.errors else ""))
+
     def _propose_prunes(self, parent: PromptSet, ctx: ProposalContext) -> ProposalBatch:
         props = propose_prunes(parent, self.opt_gw, n=ctx.n, history=ctx.history, tried=ctx.tried,
                                stats=ctx.parent_stats, env_instructions=self.env_instructions,
@@ -406,10 +458,13 @@ class TextGameAdapter:
                 break
             e = skill_edit(sk, parent)
             child = apply_edit(parent, e)
+            if sk.format:  # the answer shape the rule was found with
+                fmt = format_rewrite(child, e.module, sk.format, f"skill {sk.id}: the answer shape it needs")
+                child = apply_edit(child, fmt) if fmt is not None else child
             if child.fingerprint() in ctx.tried:
                 continue
             ctx.tried.add(child.fingerprint())
-            out.append(Proposal(child, "skill", e.to_dict(), {"skill": sk.id}))
+            out.append(Proposal(child, "skill", e.to_dict(), {"skill": sk.id, "author": sk.author}))
         return out
 
     def _ablation_deletions(self, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,

@@ -1,7 +1,9 @@
 """The optional strategies that act around the validation gate (the loop calls them through hooks):
 
-* :func:`update_skills` (``--skills FILE``): a promoted edit becomes a skill (with the validation estimate
-  that earned it: gain, n, success rate with its 95% interval, p-value); every library skill tried as a
+* :func:`update_skills` (``--skills FILE`` or ``--rules FILE``: the rule bank): a machine-written edit
+  (mutate, induce, rules) that was accepted or promoted becomes a skill (with the estimate that earned it:
+  validation gain, n, success rate with its 95% interval and p-value when promoted, the training gain when
+  only accepted; its author, operator, answer format and evidence); every library skill tried as a
   child records how it fared. Trials are keyed by (run, candidate), so a crash between the library write
   and the checkpoint cannot record a use twice;
 * :func:`validity_report` (``--backtest``): before a promotion, EvoTrainer-style checks: the candidate
@@ -18,10 +20,14 @@ from typing import TYPE_CHECKING, Any
 from promptevo.evaluation.statistics import summarize_records
 from promptevo.optim.diagnostics import missions, validity
 from promptevo.optim.propose.skills import SkillLibrary
-from promptevo.optim.state import Candidate, GenerationRecord
+from promptevo.optim.state import Candidate, GenerationRecord, author_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from promptevo.optim.engine import Engine
+
+
+#: operators whose accepted or promoted edits the skill library (the rule bank) keeps
+BANKED_OPERATORS = frozenset({"mutate", "induce", "rule"})
 
 
 def update_skills(engine: "Engine", rec: GenerationRecord) -> None:
@@ -38,20 +44,34 @@ def update_skills(engine: "Engine", rec: GenerationRecord) -> None:
             gain = (c.gate or {}).get("mean_diff", (c.verdict or {}).get("mean_diff"))
             lib.record_use(skill, cfg.task, run, c.status, gain, candidate=c.id)
     gate = rec.gate or {}
-    top = st.candidates.get(gate.get("candidate") or "")
-    # only the mutator's own edits become skills: a promoted skill child is already in the library (its use
-    # is recorded above), a hint is in its hint library, prunes and crossovers carry no reusable text
-    if top is not None and gate.get("promoted") and top.operator == "mutate" and top.edit:
-        row = summarize_records(top.validation)
-        sk = lib.from_promotion(top.edit, cfg.task, family, run, heldout_gain=float(gate.get("mean_diff") or 0.0),
-                                n=int(gate.get("n") or 0), train_gain=(top.verdict or {}).get("mean_diff"),
-                                validation_rate=row["success_rate"], validation_ci95=list(row["ci95"]),
-                                p_value=gate.get("p_value"))
+    # the bank keeps the machine-written rules (mutate, induce, rules) that were accepted or promoted, with
+    # their evidence; a skill child is already in it (its use is recorded above), a hint is in its hint
+    # library, prunes, deletions and crossovers carry no reusable text
+    for cid in rec.children:
+        c = st.candidates[cid]
+        if c.operator not in BANKED_OPERATORS or not c.edit or c.status not in ("promoted", "accepted", "not-promoted", "vetoed"):
+            continue
+        promoted = c.status == "promoted" and gate.get("candidate") == c.id
+        src = c.source or {}
+        evidence = {k: v for k, v in (src.get("induce") or {}).items() if k in (
+            "table", "heldout_accuracy", "majority_accuracy", "fit_states", "heldout_states")} or None
+        fmt = (src.get("induce") or {}).get("format") or src.get("format")
+        if promoted:
+            row = summarize_records(c.validation)
+            sk = lib.from_promotion(c.edit, cfg.task, family, run, heldout_gain=float(gate.get("mean_diff") or 0.0),
+                                    n=int(gate.get("n") or 0), train_gain=(c.verdict or {}).get("mean_diff"),
+                                    validation_rate=row["success_rate"], validation_ci95=list(row["ci95"]),
+                                    p_value=gate.get("p_value"), author=author_of(c), operator=c.operator,
+                                    format=fmt, evidence=evidence)
+        else:
+            v = c.verdict or {}
+            sk = lib.from_promotion(c.edit, cfg.task, family, run, heldout_gain=float(v.get("mean_diff") or 0.0),
+                                    n=int(v.get("n") or 0), train_gain=v.get("mean_diff"), author=author_of(c),
+                                    operator=c.operator, status="accepted", format=fmt, evidence=evidence)
         if sk is not None:
             engine.emit("note", generation=rec.index, message=(
-                f"skill {sk.id} added to {cfg.skills} ({top.edit.get('module')}.{top.edit.get('segment')}, "
-                f"validation gain {sk.gain:+.3f}, success {row['success_rate']:.0%} "
-                f"[{row['ci95'][0]:.0%}, {row['ci95'][1]:.0%}])"))
+                f"rule {sk.id} ({c.operator}, {sk.status}) kept in {cfg.skills}: {c.edit.get('module')}."
+                f"{c.edit.get('segment')}, gain {sk.gain:+.3f} over {sk.n} seeds"))
     lib.save(cfg.skills)
 
 

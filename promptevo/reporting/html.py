@@ -641,31 +641,3 @@ def write_html(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     page = render_html(load_run(run_dir))
     return write_text_atomic(run_dir / REPORT_HTML, page)
-
-
-def cli_main(args: list[str]) -> int:
-    """Entry point of ``promptevo report RUN [--results-dir DIR]``; returns the exit code."""
-    import argparse
-
-    from rich.console import Console
-
-    p = argparse.ArgumentParser(prog="promptevo report",
-                                description="(Re)write results/<run>/report.html (a static HTML report of a run) and, "
-                                "for a finished run, report.json and report.md from its checkpoint.")
-    p.add_argument("run", help="run folder, or a run name under --results-dir")
-    p.add_argument("--results-dir", default="results", help="where run folders are (default results)")
-    try:
-        ns = p.parse_args(list(args))
-    except SystemExit as e:
-        return int(e.code or 0)
-    try:
-        from promptevo.reporting.report import rebuild_report
-
-        run_dir = resolve_run_dir(ns.run, ns.results_dir)
-        rebuild_report(run_dir)
-        path = write_html(run_dir)
-    except (RunError, OSError) as e:
-        Console(stderr=True).print(f"error: {_line(e)}", highlight=False, markup=False, soft_wrap=True)
-        return 2
-    Console().print(str(path), highlight=False, markup=False, soft_wrap=True)
-    return 0

@@ -134,16 +134,19 @@ def format_edit(hint: Hint, prompts: PromptSet, module: str) -> Edit | None:
     return format_rewrite(prompts, module, hint.format, f"hint library rule {hint.id}: the answer shape it needs")
 
 
-def rank_hints(hints: Iterable[Hint], signature_kinds: Iterable[str]) -> list[Hint]:
-    """Hints whose tags match the parent's behaviour signatures first (in the signatures' order), then the
-    rest in file order."""
-    kinds = list(signature_kinds)
-    order = {k: i for i, k in enumerate(kinds)}
+def rank_hints(hints: Iterable[Hint], signature_kinds: Iterable[str], task: str | None = None) -> list[Hint]:
+    """Hints ordered by how much of the parent's observed behaviour their tags address: each matching tag
+    adds the weight of its signature (1 for the most prevalent, 1/2 for the next, ...), so a rule for two
+    observed failures ranks above a rule for one. Ties: a hint written for ``task`` before a generic one,
+    then file order."""
+    weight: dict[str, float] = {}
+    for i, k in enumerate(signature_kinds):
+        weight.setdefault(k, 1.0 / (1 + i))
 
-    def key(h: tuple[int, Hint]) -> tuple[int, int]:
+    def key(h: tuple[int, Hint]) -> tuple[float, int, int]:
         idx, hint = h
-        hits = [order[t] for t in hint.tags if t in order]
-        return (min(hits) if hits else len(kinds) + 1, idx)
+        score = sum(weight.get(t, 0.0) for t in set(hint.tags))
+        return (-score, 0 if task is not None and task in hint.tasks else 1, idx)
 
     return [h for _, h in sorted(enumerate(hints), key=key)]
 
@@ -155,7 +158,7 @@ def propose_hints(prompts: PromptSet, library: HintLibrary, *, task: str, n: int
     present = {s.name for _, p in prompts.modules for s in p.segments}
     skip = set(skip)
     out = []
-    for hint in rank_hints(library.for_task(task), signature_kinds):
+    for hint in rank_hints(library.for_task(task), signature_kinds, task):
         if len(out) >= n:
             break
         if hint.segment in present or hint.id in skip:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -39,6 +39,8 @@ LIBRARY_VERSION = 1
 
 #: Outcomes of a later trial that count as the skill having helped.
 SUCCESS_OUTCOMES = frozenset({"promoted", "accepted and promoted", "helped", "success"})
+#: Outcomes of a later trial in which the skill's child was accepted on training seeds.
+ACCEPTED_OUTCOMES = frozenset({"accepted", "promoted", "not-promoted", "vetoed", "accepted and promoted"})
 #: Outcomes that say nothing about the skill's worth (still pending, or the trial broke).
 NEUTRAL_OUTCOMES = frozenset({"accepted", "pending", "error", "skipped", "new", "evaluated"})
 
@@ -120,6 +122,12 @@ class Skill(BaseModel):
     train_gain: float | None = None
     created: str = ""
     uses: list[SkillUse] = Field(default_factory=list)
+    # rule-bank fields (absent in older files): who wrote it, how, the answer format it needs, its evidence
+    author: Literal["machine", "person"] = "machine"
+    operator: str = ""
+    status: Literal["promoted", "accepted"] = "promoted"
+    format: str | None = Field(None, description="answer-format text the rule needs (rewritten with it)")
+    evidence: dict | None = None
 
     @field_validator("module", "segment")
     @classmethod
@@ -155,6 +163,17 @@ class Skill(BaseModel):
     def failed_on(self, task: str) -> bool:
         """True when a recorded trial on ``task`` failed."""
         return any(u.task == task and u.kind == "failure" for u in self.uses)
+
+    def counters(self) -> dict[str, Any]:
+        """Per task: tried, accepted on training seeds, promoted (the run that found it counts as one
+        trial); over all later trials: helpful (promoted) and harmful (rejected or worse)."""
+        per: dict[str, dict[str, int]] = {self.task: {"tried": 1, "accepted": 1, "promoted": int(self.status == "promoted")}}
+        for u in self.uses:
+            row = per.setdefault(u.task, {"tried": 0, "accepted": 0, "promoted": 0})
+            row["tried"] += 1
+            row["accepted"] += u.outcome in ACCEPTED_OUTCOMES or u.kind == "success"
+            row["promoted"] += u.kind == "success"
+        return {"tasks": per, "helpful": self.successes, "harmful": sum(1 for u in self.uses if u.kind == "failure")}
 
 
 class SkillLibrary:
@@ -257,6 +276,11 @@ class SkillLibrary:
         validation_rate: float | None = None,
         validation_ci95: list[float] | None = None,
         p_value: float | None = None,
+        author: str = "machine",
+        operator: str = "",
+        status: str = "promoted",
+        format: str | None = None,
+        evidence: dict | None = None,
     ) -> Skill | None:
         """Turn a promoted edit into a skill and add it; None when it does not qualify.
 
@@ -275,7 +299,8 @@ class SkillLibrary:
             skill = Skill(module=str(d.get("module") or ""), segment=str(d.get("segment") or ""), text=text,
                           task=task, family=family, run=run, gain=float(heldout_gain), n=int(n),
                           validation_rate=validation_rate, validation_ci95=validation_ci95, p_value=p_value,
-                          train_gain=None if train_gain is None else float(train_gain), created=created or "")
+                          train_gain=None if train_gain is None else float(train_gain), created=created or "",
+                          author=author, operator=operator, status=status, format=format, evidence=evidence)
         except ValidationError:
             return None
         return self.add(skill)
@@ -336,8 +361,9 @@ def render(skills: Iterable[Skill], max_chars: int = 400) -> str:
     lines: list[str] = []
     for s in skills:
         used = f"; helped in {s.successes} of {len(s.uses)} later trials" if s.uses else ""
-        lines.append(f"- skill {s.id} ({s.module}.{s.segment}) learned on {s.task} ({s.family}): "
-                     f"validation gain {s.gain:+.3f} over {s.n} seeds{used}")
+        lines.append(f"- skill {s.id} ({s.module}.{s.segment}) learned on {s.task} ({s.family}): {s.status}, "
+                     f"{s.author}-written{' by ' + s.operator if s.operator else ''}, "
+                     f"gain {s.gain:+.3f} over {s.n} seeds{used}")
         text = s.text if len(s.text) <= max_chars else s.text[: max(0, max_chars - 3)].rstrip() + "..."
         lines.extend("    " + ln for ln in text.splitlines())
     return "\n".join(lines) if lines else "(no skills)"
