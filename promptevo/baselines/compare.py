@@ -44,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from promptevo.reporting.console import print_json, print_table
 from promptevo.segments import PromptSet
 
 METHODS: dict[str, str] = {
@@ -461,10 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--results-dir", default="results", help="where run folders go (default results)")
     a("--run-name", "--run", dest="run", default=None, help="run name (default compare-<task>-<timestamp>)")
     a("--quiet", "-q", action="store_true", help="only the final table")
+    a("--json", action="store_true", dest="as_json", help="print compare.json as one JSON document on stdout "
+      "(progress goes to stderr)")
     return p
 
 
-def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool]:
+def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool, bool]:
     ns = build_parser().parse_args(list(args))
     from promptevo.llm.gateway import LLMConfig
 
@@ -476,7 +479,7 @@ def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool]:
         generations=ns.generations, concurrency=ns.concurrency, seed=ns.seed, no_cache=ns.no_cache,
         results_dir=ns.results_dir, run=ns.run,
     )
-    return cfg, bool(ns.quiet)
+    return cfg, bool(ns.quiet), bool(ns.as_json)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -498,19 +501,22 @@ def cli_main(args: Sequence[str]) -> int:
         return 2
 
     try:
-        cfg, quiet = config_from_args(args)
+        cfg, quiet, as_json = config_from_args(args)
         check_methods_available(cfg.methods)
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except _user_errors() as e:
         return fail(e)
     try:
-        data = Comparison(cfg, console=out, quiet=quiet).run()
+        data = Comparison(cfg, console=err if as_json else out, quiet=quiet).run()
     except _user_errors() as e:
         return fail(e)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: finished methods are in {cfg.run_dir() / 'compare.json'}")
         return 130
-    out.print(results_table(data))
-    out.print(f"results: {cfg.run_dir() / 'compare.json'}", highlight=False)
+    if as_json:
+        print_json(data)
+        return 0
+    print_table(results_table(data), out)
+    out.print(f"results: {cfg.run_dir() / 'compare.json'}", highlight=False, soft_wrap=True)
     return 0

