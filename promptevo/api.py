@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from promptevo.fileio import FolderLock, FolderLockError, io_error_line
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
 from promptevo.optim.engine import Engine, RunResult
 from promptevo.optim.events import Emitter
-from promptevo.optim.state import RunError
+from promptevo.optim.state import RunError, RunStopped
 from promptevo.segments import PromptFormatError, PromptSet
 from promptevo.tasks import TaskConfig, load_task
 
@@ -28,7 +29,7 @@ def build_gateways(cfg: OptimizeConfig) -> tuple[Any, Any]:
     from promptevo.llm.types import LLMConfig
 
     cache = {"cache_dir": None} if cfg.no_cache else {}
-    price = {"price_in": cfg.price_in, "price_out": cfg.price_out}
+    price = {"price_in": cfg.price_in, "price_out": cfg.price_out, "timeout": cfg.timeout}
     agent = Gateway(LLMConfig(model=cfg.model, api_base=cfg.api_base, max_tokens=cfg.agent_max_tokens,
                               temperature=cfg.temperature, concurrency=cfg.effective_concurrency, seed=cfg.seed,
                               **cache, **price))
@@ -119,14 +120,37 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
                                      worker_setup)
     check = getattr(adapter, "check", None)
     if callable(check):
+        import inspect
+
+        from promptevo.agents.base import AgentError
         from promptevo.optim.propose.hints import HintLibraryError
         from promptevo.optim.propose.skills import SkillLibraryError
 
         try:
-            check()
-        except (HintLibraryError, SkillLibraryError) as e:
+            check(initial_prompts) if inspect.signature(check).parameters else check()
+        except (HintLibraryError, SkillLibraryError, AgentError) as e:
             raise RunError(str(e)) from None
     run_dir = config.run_path()
+    lock = FolderLock(run_dir)  # every option is checked above, before the run folder exists
+    try:
+        lock_note = lock.acquire()
+    except FolderLockError as e:
+        raise RunError(str(e)) from None
+    except OSError as e:
+        raise RunError(io_error_line(e)) from None
+    try:
+        return _run_engine(config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway, run_dir,
+                           listeners=listeners, quiet=quiet, console=console, lock_note=lock_note)
+    except OSError as e:
+        raise RunError(f"{io_error_line(e)}; finished episodes and the last checkpoint are kept: fix the folder, then "
+                       f"`promptevo optimize --resume {run_dir}`") from None
+    finally:
+        lock.release()
+
+
+def _run_engine(config: OptimizeConfig, task: TaskConfig, adapter: Any, initial_prompts: PromptSet,
+                agent_gateway: Any, optimizer_gateway: Any, run_dir: Any, *, listeners: Sequence[Any] | None,
+                quiet: bool, console: Any, lock_note: str | None) -> RunResult:
     if listeners is None:
         from promptevo.optim.progress import default_listeners
 
@@ -147,8 +171,18 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
                     validity_hook=validity_report if config.backtest else None)
     if hasattr(adapter, "warn"):
         adapter.warn = engine.warn  # the adapter's warnings reach the run log and the report
+    if lock_note:
+        emitter("warning", message=f"note: {lock_note}")
     try:
         return engine.run(initial_prompts)
+    except RunStopped:
+        try:  # the HTML report of a stopped run says so, and why
+            from promptevo.reporting.html import write_html
+
+            write_html(run_dir)
+        except Exception:  # noqa: BLE001 - a convenience; the stop is what the user must see
+            pass
+        raise
     finally:
         emitter.close()
 

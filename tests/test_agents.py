@@ -317,7 +317,7 @@ def test_agent_factory_builds_fresh_agents_and_fails_early(gateway):
     f = agent_factory("naive", gateway, system_prompt("f"), history=4)
     a, b = f(), f()
     assert a is not b and a.history == 4
-    with pytest.raises(AgentError, match="bad option"):
+    with pytest.raises(AgentError, match="has no option .histroy."):
         agent_factory("naive", gateway, system_prompt("f"), histroy=4)
 
 

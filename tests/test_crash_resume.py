@@ -179,3 +179,35 @@ def test_kill_9_at_random_points_then_resume_loses_and_repeats_nothing(tmp_path)
     # process); the file it was replacing is intact, and no finished process leaves one behind
     left = {int(p.name.split(".")[-3]) for p in run_dir.glob("*.tmp")}
     assert left <= killed_pids, f"temporary files of processes that were not killed: {left - killed_pids}"
+
+
+def test_a_writer_killed_mid_record_loses_only_that_record_and_resumes_twice(tmp_path):
+    """A partial last line (the writer killed mid-record) is cut off on open, said once, and the next
+    records start on lines of their own: a second and a third open read every finished episode."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from promptevo.evaluation.store import EpisodeStore
+
+    path = tmp_path / "episodes.jsonl"
+    script = textwrap.dedent(f"""
+        import os, json, sys
+        from promptevo.evaluation.store import EpisodeStore
+        s = EpisodeStore({str(path)!r})
+        for seed in range(3):
+            s.put("k", seed, {{"seed": seed, "success": True}})
+        with open({str(path)!r}, "a") as f:  # the fourth record, cut off mid-write
+            f.write(json.dumps({{"key": "k", "seed": 3, "result": {{"seed": 3}}}})[:25])
+            f.flush()
+            os._exit(9)  # killed: no cleanup
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    first = EpisodeStore(path)
+    assert first.recovered and "cut short" in first.recovered and first.lines == 3
+    first.put("k", 3, {"seed": 3, "success": False})
+    second = EpisodeStore(path)
+    assert second.recovered is None and second.lines == 4 and second.get("k", 3) is not None
+    second.put("k", 4, {"seed": 4, "success": True})
+    third = EpisodeStore(path)
+    assert third.recovered is None and [third.get("k", s)["seed"] for s in range(5)] == [0, 1, 2, 3, 4]

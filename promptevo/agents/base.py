@@ -15,6 +15,7 @@ Constrained decoding: for ``local/...`` models (or ``constrained=True``) the age
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,28 @@ class Decision:
     calls: list[dict] = field(default_factory=list)  # one dict per LLM call, see _call_record
     parsed: bool = True  # False when the reply had no parsable action (fallback used)
     description: str | None = None  # two-stage agent: the descriptor's output
+
+
+_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def unknown_placeholders(prompts: PromptSet) -> list[str]:
+    """``{name}`` placeholders in ``prompts`` that no agent fills (they would reach the model literally)."""
+    found = []
+    for _, p in prompts.modules:
+        for seg in p.segments:
+            for m in _PLACEHOLDER_RE.finditer(seg.text):
+                if "{" + m.group(1) + "}" not in PLACEHOLDERS and m.group(0) not in found:
+                    found.append(m.group(0))
+    return found
+
+
+def check_placeholders(prompts: PromptSet) -> None:
+    """AgentError (one line) when ``prompts`` use a placeholder no agent fills."""
+    bad = unknown_placeholders(prompts)
+    if bad:
+        raise AgentError(f"unknown placeholder {bad[0]} in the prompts (known: {', '.join(PLACEHOLDERS)}); write "
+                         f"it as text without braces or use a known one")
 
 
 def fill_placeholders(text: str, *, mission: str, env: TextEnv) -> str:

@@ -89,6 +89,15 @@ def make_agent(name: str, gateway: "Gateway | None", prompts: PromptSet | None =
             prompts = default_prompts(name, task, init)
     if entry.needs_llm and gateway is None:
         raise AgentError(f"agent {name!r} needs an LLM gateway")
+    import inspect
+
+    params = inspect.signature(entry.factory).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        taken = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY]
+        for k in kw:
+            if k not in taken:
+                raise AgentError(f"agent {name!r} has no option {k!r} (--{k.replace('_', '-')}); its options: "
+                                 + (", ".join(taken) or "none"))
     try:
         return entry.factory(gateway, prompts, **kw)
     except TypeError as e:

@@ -109,7 +109,7 @@ def results_table(title: str, per_task: dict[str, dict], overall: dict | None = 
         t.add_row(
             name,
             str(s["n"]),
-            f"{_fmt_pct(s['success_rate'])} ({_fmt_pct(lo)}-{_fmt_pct(hi)})",
+            f"{_fmt_pct(s['success_rate'])} ({_fmt_pct(lo)}-{_fmt_pct(hi)})" if s["n"] else "no episode played",
             f"{s['progression_pct']:.1f} ± {s['progression_se']:.1f}",
             f"{s['mean_steps']:.1f}",
             _fmt_pct(s["invalid_action_rate"]),
@@ -171,8 +171,12 @@ def load_prompts_file(path: Path) -> Any:
         raise UserError(f"--prompts {path}: is a folder, not a prompt file (.md or .json)")
     from promptevo.segments import PromptFormatError
 
+    from promptevo.agents.base import check_placeholders
+
     try:
-        return PromptSet.load(path)
+        prompts = PromptSet.load(path)
+        check_placeholders(prompts)
+        return prompts
     except UnicodeDecodeError as e:
         raise UserError(f"--prompts {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except PromptFormatError as e:
@@ -215,6 +219,7 @@ def run_eval(
     show_progress: bool = True,
     ray: Optional[bool] = None,
     as_json: bool = False,
+    timeout: Optional[float] = None,
 ) -> Path:
     """The body of ``promptevo eval``; returns the run directory.
 
@@ -249,7 +254,7 @@ def run_eval(
     ray_mode = ray is not False and use_ray(ray)
     custom_prompts = load_prompts_file(prompts_file) if prompts_file is not None else None
 
-    llm_cfg = LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature,
+    llm_cfg = LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature, timeout=timeout,
                                      max_tokens=max_tokens, no_cache=no_cache, concurrency=concurrency)
     gateway = Gateway(llm_cfg) if agent != "random" else None
     if gateway is not None:
@@ -286,6 +291,8 @@ def run_eval(
             raise UserError(f"run directory {run_dir} already has episodes; use another --run-name or --resume")
         done = {(r.task, r.seed): r for r in read_episodes(run_dir / "episodes.jsonl") if not r.error}
     writer = RunWriter(run_dir)
+    if writer.store.recovered:
+        err_console.print(f"note: {writer.store.recovered}", soft_wrap=True, highlight=False, markup=False)
     for task, ps, _, _ in plan:
         if ps is not None:
             ps.save(run_dir / "prompts" / f"{task.name}.md")
@@ -384,9 +391,12 @@ def run_eval(
             soft_wrap=True,
         )
         raise typer.Exit(130)
+    failed = int(summary["faults"].get("episodes_errored") or 0)
+    played = int(summary["faults"].get("episodes") or 0)
     if as_json:
         print_json({**summary, "results_dir": str(run_dir), "seeds_split": seeds})
         err_console.print(f"results: {run_dir}  ({time.perf_counter() - t0:.0f}s)", soft_wrap=True, highlight=False)
+        _fail_on_outage(failed, played, all_results, run_dir)
         return run_dir
     print_table(
         results_table(f"{agent} · {summary['model'] or 'no LLM'} · {seeds} seeds", summary["tasks"], summary["overall"]),
@@ -396,7 +406,25 @@ def run_eval(
         o = summary["overall"]
         console.print(f"BALROG-style overall progression: {o['balrog_progression_pct']:.1f} ± {o['balrog_progression_se']:.1f}")
     console.print(f"results: {run_dir}  ({time.perf_counter() - t0:.0f}s)", soft_wrap=True, highlight=False)
+    _fail_on_outage(failed, played, all_results, run_dir)
     return run_dir
+
+
+#: share of an evaluation's episodes that may end on LLM errors before ``eval`` exits non-zero
+EVAL_FAILURE_SHARE = 0.25
+
+
+def _fail_on_outage(failed: int, played: int, results: list[Any], run_dir: Path) -> None:
+    """Exit 3 with one line when too many episodes could not be played because the LLM failed (they are
+    not scored; ``--resume`` plays them again)."""
+    if not failed or failed <= EVAL_FAILURE_SHARE * played:
+        return
+    first = next((str(getattr(r, "error", None) or (r.get("error") if isinstance(r, dict) else "")) for r in results
+                  if (getattr(r, "error", None) or (r.get("error") if isinstance(r, dict) else None))), "")
+    err_console.print(f"[bold red]error:[/] {failed} of {played} episodes could not be played: the LLM failed "
+                      f"({escape(' '.join(first.split())[:160])}); they are not scored. When it works again: "
+                      f"--run-name {escape(run_dir.name)} --resume", soft_wrap=True, highlight=False)
+    raise typer.Exit(3)
 
 
 @app.command("eval")
@@ -417,7 +445,7 @@ def eval_cmd(
     results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where run folders go."),
     resume: bool = typer.Option(False, "--resume", help="Continue an existing --run-name, skipping finished episodes."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the LLM response cache."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default 0)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature, 0 to 2 (default 0)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Max tokens per LLM reply."),
     history: Optional[int] = typer.Option(None, "--history", help="naive/robust-cot: observations kept (default 16)."),
     constrained: Optional[bool] = typer.Option(
@@ -428,6 +456,8 @@ def eval_cmd(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document on stdout (progress "
                                  "and messages go to stderr)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds one LLM call may take before "
+                                            "it is retried (default 120; a retry prints one line)."),
 ) -> None:
     """Evaluate an agent on one task (or all BabyAI tasks) and write [bold]results/<run>/[/]."""
     from promptevo.tasks import list_tasks, load_task
@@ -442,7 +472,7 @@ def eval_cmd(
             agent=agent, tasks=names, episodes=episodes, model=model, api_base=api_base, concurrency=concurrency,
             seeds=seeds, seed_offset=seed_offset, prompts_file=prompts, init=init, run_name=run_name,
             results_dir=results_dir, no_cache=no_cache, temperature=temperature, max_tokens=max_tokens,
-            history=history, constrained=constrained, resume=resume, ray=ray or None, as_json=as_json,
+            history=history, constrained=constrained, resume=resume, ray=ray or None, as_json=as_json, timeout=timeout,
         )
     except user_error_types() as e:
         fail(str(e))

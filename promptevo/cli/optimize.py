@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
-from promptevo.optim.state import CHECKPOINT, RunError, load_checkpoint
+from promptevo.optim.state import CHECKPOINT, RunError, RunStopped, load_checkpoint
 
 
 def _list(text: str) -> list[str]:
@@ -30,7 +30,9 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     a("--history", type=int, help="naive/robust-cot: observations kept in the messages (default 16)")
     a("--model", "-m", help="agent LLM (LiteLLM model string; default the local model)")
     a("--api-base", help="server URL for the agent model")
-    a("--temperature", type=float, help="agent sampling temperature (default 0)")
+    a("--temperature", type=float, help="agent sampling temperature, 0 to 2 (default 0)")
+    a("--timeout", type=float, help="seconds one LLM call may take before it is retried (default 120; a "
+      "retry prints one line)")
     a("--optimizer-model", help="LLM for the analyzer and mutator (default: --model)")
     a("--optimizer-api-base", help="server URL for the optimizer model")
     a("--max-steps", type=int, help="cap on steps per episode (default: the env's own limit)")
@@ -118,6 +120,10 @@ def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
         if not (path / CHECKPOINT).exists():
             path = Path(given.get("results_dir") or "results") / ns.resume
         base = load_checkpoint(path).config.model_dump()
+        for key in ("api_base", "optimizer_api_base"):
+            if "***" in str(base.get(key) or "") and key not in given:
+                raise ConfigError(f"--{key.replace('_', '-')}: this run's server URL had credentials, which are never "
+                                  f"stored ({base[key]}); give --{key.replace('_', '-')} again to resume")
         base.update(given)
         base.update({"resume": True, "run": str(path), "results_dir": str(path.parent)})
         return validate_config(base), bool(ns.quiet)
@@ -142,16 +148,16 @@ def cli_main(args: Sequence[str]) -> int:
     except SystemExit as e:  # argparse --help / usage errors
         return int(e.code or 0)
     except (ConfigError, RunError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 2
     try:
         res = optimize(cfg, quiet=quiet)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: nothing finished is lost; continue with `promptevo optimize --resume "
-                  f"{cfg.run_path()}`", highlight=False)
+                  f"{cfg.run_path()}`", highlight=False, soft_wrap=True)
         return 130
     except (RunError, ConfigError, *user_error_types()) as e:
-        err.print(f"[bold red]error:[/] {' '.join(str(e).split())}", highlight=False)
-        return 2
+        err.print(f"[bold red]error:[/] {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
+        return 3 if isinstance(e, RunStopped) else 2
     Console().print(f"best prompts: {res.run_dir / 'best.md'} | report: {res.run_dir / 'report.md'}")
     return 0

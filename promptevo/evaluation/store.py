@@ -2,8 +2,9 @@
 
 ``key`` names what played (a prompt fingerprint, ``baseline:<agent>``, a task name for ``promptevo
 eval``); a store never plays anything itself. Lines are appended and fsynced as episodes finish, so a
-crash loses at most the episode in flight; a last line cut short by a crash is skipped on load, a corrupt
-line elsewhere is one clear error. An episode that ended on an LLM error is kept (for the record) but
+crash loses at most the episode in flight; a last line cut short by a crash is cut off the file on open
+(so the next record starts on a line of its own; :attr:`EpisodeStore.recovered` says so), a corrupt line
+elsewhere is one clear error. An episode that ended on an LLM error is kept (for the record) but
 does not count as finished: :meth:`EpisodeStore.get` returns None for it, so it is played again.
 """
 
@@ -43,8 +44,11 @@ class EpisodeStore:
         self._data: dict[tuple[str, int], dict] = {}
         self.lines = 0  # records in the file (every played episode is one line)
         self._order: list[dict] = []
+        #: one line saying what was repaired on open (a partial last record cut off), else None
+        self.recovered: str | None = None
         if self.path.exists():
-            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+            raw = self.path.read_bytes()
+            lines = raw.decode("utf-8", errors="replace").splitlines()
             for i, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
@@ -54,7 +58,8 @@ class EpisodeStore:
                     if not isinstance(result, dict):
                         raise TypeError("result is not an object")
                 except (ValueError, KeyError, TypeError) as e:
-                    if i == len(lines):  # a line cut short by a crash: that episode is simply re-run
+                    if i == len(lines):  # a line cut short by a crash: cut it off, that episode is re-run
+                        self._truncate_last(raw)
                         continue
                     raise StoreError(f"{self.path}:{i}: corrupt episode record ({e}); remove the line to continue") from None
                 self.lines += 1
@@ -62,6 +67,17 @@ class EpisodeStore:
                 old = self._data.get((key, seed))
                 if old is None or old.get("error") or not result.get("error"):
                     self._data[(key, seed)] = result
+            if raw and not raw.endswith(b"\n") and self.recovered is None:  # a complete last record, no newline
+                with self.path.open("ab") as f:
+                    f.write(b"\n")
+
+    def _truncate_last(self, raw: bytes) -> None:
+        """Cut the file after its last newline (the partial record of a writer killed mid-line)."""
+        keep = raw.rstrip(b"\n").rfind(b"\n") + 1
+        with self.path.open("r+b") as f:
+            f.truncate(keep)
+        self.recovered = (f"{self.path}: the last record was cut short (a crash while writing it); removed "
+                          f"{len(raw) - keep} bytes, that episode will be played again")
 
     def get(self, key: str, seed: int) -> dict | None:
         """A finished episode (one that ended on an LLM error does not count)."""

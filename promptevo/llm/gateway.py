@@ -498,7 +498,7 @@ class Gateway:
         if (isinstance(exc, _EmptyReply) or _is_transient(exc)) and attempt + 1 < attempts:
             self.usage.record_retry(role, fault_kind(exc))
             delay = _backoff(self.config, attempt)
-            log.info("LLM %s (role %s): %s; retry %d/%d in %.2fs", self.config.model, role,
+            log.warning("LLM %s (role %s): %s; retry %d/%d in %.2fs", self.config.model, role,
                      "empty reply" if isinstance(exc, _EmptyReply) else self._clean(exc),
                      attempt + 1, attempts - 1, delay)
             return delay

@@ -41,7 +41,7 @@ class LLMConfig:
     @classmethod
     def from_options(cls, *, model: str | None = None, api_base: str | None = None,
                      temperature: float | None = None, max_tokens: int | None = None, no_cache: bool = False,
-                     concurrency: int | None = None) -> LLMConfig:
+                     concurrency: int | None = None, timeout: float | None = None) -> LLMConfig:
         """The config of command-line style options: an option left unset keeps its default, and the
         concurrency defaults per model (:func:`default_concurrency`)."""
         kw: dict = {"model": model or cls.model}
@@ -53,6 +53,8 @@ class LLMConfig:
             kw["max_tokens"] = max_tokens
         if no_cache:
             kw["cache_dir"] = None
+        if timeout is not None:
+            kw["timeout"] = timeout
         kw["concurrency"] = default_concurrency(kw["model"]) if concurrency is None else concurrency
         return cls(**kw)
 

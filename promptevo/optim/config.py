@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
 Fitness = Literal["success", "return", "progress", "progression"]
 AcceptRule = Literal["margin", "sign", "wilcoxon", "bootstrap", "always"]
@@ -36,7 +36,8 @@ class OptimizeConfig(BaseModel):
     optimizer_model: str | None = Field(default=None, description="defaults to model")
     optimizer_api_base: str | None = Field(default=None, description="defaults to api_base when the models match")
     no_cache: bool = False
-    temperature: float = Field(default=0.0, ge=0, description="agent sampling temperature")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="agent sampling temperature")
+    timeout: float = Field(default=120.0, gt=0, description="seconds one LLM call may take before it is retried")
     max_steps: int | None = Field(default=None, ge=1, description="cap on steps per episode (default: the "
                                   "env's own limit, BALROG's 64/128 for BabyAI)")
     agent_max_tokens: int = Field(default=512, ge=16, description="max tokens per agent LLM call")
@@ -56,9 +57,11 @@ class OptimizeConfig(BaseModel):
                              "do not: the curriculum plays its target's test seeds once, at its end)")
     fitness: Fitness = Field(default="success", description="per-episode score the loop optimizes")
     accept_rule: AcceptRule = "margin"
-    accept_margin: float = Field(default=0.0, description="mean paired training difference needed")
+    accept_margin: float = Field(default=0.0, allow_inf_nan=False,
+                                 description="mean paired training difference needed")
     promote_rule: PromoteRule = "sign"
-    promote_margin: float = Field(default=0.0, description="with promote_rule margin: mean validation difference")
+    promote_margin: float = Field(default=0.0, allow_inf_nan=False,
+                                  description="with promote_rule margin: mean validation difference")
     alpha: float = Field(default=0.05, gt=0, lt=1, description="run-wide level of the promotion tests")
     correction: Literal["bonferroni", "none"] = Field(default="bonferroni", description="split alpha over "
                                                       "the generations' promotion tests")
@@ -78,6 +81,9 @@ class OptimizeConfig(BaseModel):
                               "shipped library (used by the hints operator)")
     loop_cutoff: bool = Field(default=True, description="stop an episode whose state repeats exactly "
                               "(deterministic agents only)")
+    failure_share: float = Field(default=0.25, gt=0, le=1, description="stop the run (resumable, non-zero exit) "
+                                 "when more than this share of the episodes of one evaluation could not be played "
+                                 "because the LLM failed")
     # budgets (the final test evaluation always runs)
     budget_llm_calls: int | None = Field(default=None, ge=1)
     budget_tokens: int | None = Field(default=None, ge=1)
@@ -92,7 +98,7 @@ class OptimizeConfig(BaseModel):
     # the optimizer LLM
     max_trajectories: int = Field(default=6, ge=1)
     max_steps_shown: int = Field(default=30, ge=4)
-    optimizer_temperature: float = Field(default=0.7, ge=0)
+    optimizer_temperature: float = Field(default=0.7, ge=0, le=2)
     optimizer_max_tokens: int = Field(default=2048, ge=64)
     # optional strategies (off by default)
     evidence: Literal["raw", "cards", "auto"] = "raw"
@@ -108,6 +114,14 @@ class OptimizeConfig(BaseModel):
     results_dir: str = "results"
     run: str | None = Field(default=None, description="run name; default <task>-<agent>-<timestamp>")
     resume: bool = False
+
+    @field_serializer("api_base", "optimizer_api_base")
+    def _no_credentials(self, url: str | None) -> str | None:
+        """Credentials in a server URL (``http://user:key@host``) are never written (checkpoint, report,
+        logs, MLflow): the stored URL has ``***`` in their place; a resume must be given the URL again."""
+        from promptevo.llm.secrets import redact_url  # imports the llm package: only when a config is written
+
+        return redact_url(url)
 
     @model_validator(mode="after")
     def _check(self) -> "OptimizeConfig":
@@ -139,12 +153,24 @@ IDENTITY_FIELDS = ("task", "agent", "init", "prompts", "agent_options", "model",
                    "agent_max_tokens", "temperature")
 
 
+#: fields whose command-line flag is not ``--<field with dashes>``
+FLAGS = {"budget_llm_calls": "--budget-calls", "ablate_best": "--ablate", "agent_options": "--history"}
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag of a config field, as a user types it."""
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
 def validate_config(given: dict[str, Any]) -> OptimizeConfig:
-    """OptimizeConfig from option values; a bad value is one ConfigError line naming its flag."""
+    """OptimizeConfig from option values; a bad value is one ConfigError line naming its flag as typed
+    (``--budget-calls``, ``--operators``), and the value when it is one of a list."""
     try:
         return OptimizeConfig.model_validate(given)
     except ValidationError as e:
         d = e.errors()[0]
-        flag = "-".join(str(x).replace("_", "-") for x in d.get("loc", ()))
+        loc = [x for x in d.get("loc", ()) if isinstance(x, str)]
         msg = str(d.get("msg", "")).removeprefix("Value error, ")
-        raise ConfigError(f"--{flag}: {msg}" if flag else msg) from None
+        if loc and d.get("input") is not None and not isinstance(d.get("input"), (dict, list)):
+            msg += f" (got {d['input']!r})"
+        raise ConfigError(f"{flag_of(loc[0])}: {msg}" if loc else msg) from None

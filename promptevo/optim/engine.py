@@ -42,6 +42,7 @@ from promptevo.optim.events import Emitter
 from promptevo.optim.selection import accept, gate_alpha, promote, prune_keep, race_check, race_schedule
 from promptevo.optim.state import (
     CHECKPOINT,
+    RunStopped,
     Candidate,
     GenerationRecord,
     RunError,
@@ -53,6 +54,10 @@ from promptevo.optim.state import (
 from promptevo.segments import PromptSet
 
 UsageFn = Callable[[], dict]
+
+
+class InfraFailure(RuntimeError):
+    """Too many episodes of one evaluation could not be played (the LLM failed): the run stops, resumable."""
 
 
 @dataclass
@@ -207,6 +212,11 @@ class Engine:
         lost = [int(s) for s in seeds if int(s) not in out]
         if lost:
             errs = {str((self._last_error(key, s) or "")).split(":")[0] for s in lost}
+            outage = [x for x in lost if not str(self._last_error(key, x) or "").startswith("LLMBudgetError")]
+            if len(outage) > self.cfg.failure_share * len(seeds):  # a spent call budget is a budget stop, not this
+                first = str(self._last_error(key, outage[0]) or "no error recorded")
+                raise InfraFailure(f"{len(outage)} of {len(seeds)} episodes of {key[:12]} on {split} seeds could not be "
+                                   f"played: the LLM failed ({' '.join(first.split())[:160]})")
             self.warn(f"{len(lost)} episode(s) of {key[:12]} on {split} seeds ended on LLM errors twice "
                       f"({', '.join(sorted(errs))}); they are left out of the comparison (seeds {lost[:6]})")
         return out
@@ -266,6 +276,8 @@ class Engine:
                                   splits={"train": [], "validation": self.validation_seeds(),
                                           "test": self.test_seeds()})
         self.store = EpisodeStore(self.run_dir / EPISODES_FILE)
+        if self.store.recovered:
+            self.warn(f"note: {self.store.recovered}")
         if self.cfg.resume:
             # a crash after the last checkpoint: its episodes are in the store; count their usage too
             for ep in self.store.after(self.state.store_lines):
@@ -535,6 +547,18 @@ class Engine:
     # -- whole run ----------------------------------------------------------------------------------
     def run(self, initial: PromptSet) -> RunResult:
         self.setup(initial)
+        try:
+            return self._run()
+        except InfraFailure as e:
+            st = self.state
+            st.stop_reason = f"stopped: {e}"
+            self.checkpoint()
+            self.emit("note", generation=None, message=f"run stopped: {e}")
+            self.emit("run_end", run_dir=str(self.run_dir), stop_reason=st.stop_reason, report={})
+            raise RunStopped(f"{e}; nothing finished is lost: when the LLM works again, continue with "
+                             f"`promptevo optimize --resume {self.run_dir}`") from None
+
+    def _run(self) -> RunResult:
         st, cfg = self.state, self.cfg
         self.emit("run_start", run_dir=str(self.run_dir), config=cfg.model_dump(), adapter=describe(self.adapter),
                   resumed=cfg.resume, candidates=len(st.candidates),
@@ -553,9 +577,12 @@ class Engine:
                     stop = why
                     break
             st.stop_reason = stop or f"completed {cfg.generations} generations"
+            st.final["optimization_stop"] = st.stop_reason
             self.emit("note", generation=None, message=f"optimization stopped: {st.stop_reason}")
             st.phase = "final"
             self.checkpoint()
+        elif st.stop_reason.startswith("stopped: "):  # resumed after an LLM outage in the final phase
+            st.stop_reason = st.final.get("optimization_stop", f"completed {cfg.generations} generations")
         report = self.finish(self) if self.finish is not None else {}
         st.phase = "done"
         self.checkpoint()

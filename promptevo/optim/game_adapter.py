@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from promptevo.agents.base import check_placeholders
 from promptevo.evaluation.rollout import EpisodeResult, run_episodes
 from promptevo.evaluation.signatures import render_signatures, signatures_to_dict, summarize_signatures
 from promptevo.optim.adapter import EpisodeCallback, Proposal, ProposalBatch, ProposalContext
@@ -216,8 +217,12 @@ class TextGameAdapter:
             self._hints = load_hints(path)  # HintLibraryError: one line, the run stops before any episode
         return self._hints
 
-    def check(self) -> None:
-        """Fail before any episode on unusable operator inputs (a malformed hint file, a bad skill file)."""
+    def check(self, prompts: PromptSet | None = None) -> None:
+        """Fail before any episode (and before the run folder exists) on unusable inputs: agent options the
+        agent does not take or prompts it cannot play (AgentError), a malformed hint or skill file."""
+        if prompts is not None:
+            check_placeholders(prompts)
+            self.build(self.cfg.agent, prompts)()
         if "hints" in self.cfg.operators:
             self.hint_library()
         if self.cfg.skills:

@@ -28,6 +28,11 @@ class RunError(RuntimeError):
     """A run cannot start or continue; ``str(e)`` is one line meant for the user."""
 
 
+class RunStopped(RunError):
+    """The run stopped before its end because episodes could not be played (LLM outage, failing server):
+    everything finished is kept and ``--resume`` continues it; ``str(e)`` is one line with that command."""
+
+
 class Candidate(BaseModel):
     """One prompt set tried by the run."""
 

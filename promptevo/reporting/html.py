@@ -290,8 +290,9 @@ def _section_test(data: dict) -> str:
         best = ' class="best"' if str(r.get("name", "")).startswith("best") else ""
         out.append(f"<tr{best}><td>{esc(r.get('name'))}</td><td>{esc(r.get('candidate') or '–')}</td>"
                    f"<td class=num>{int(r.get('n') or 0)}</td><td class=num>{int(r.get('successes') or 0)}</td>"
-                   f"<td class=num>{float(r.get('success_rate') or 0):.1%}</td>"
-                   f"<td class=num>[{float(lo):.1%}, {float(hi):.1%}]</td>"
+                   + (f"<td class=num>{float(r.get('success_rate') or 0):.1%}</td>"
+                      f"<td class=num>[{float(lo):.1%}, {float(hi):.1%}]</td>" if int(r.get("n") or 0) else
+                      "<td class=num>no episode played</td><td class=num>–</td>") +
                    f"<td class=num>{float(r.get('mean_progress') or 0):.3f}</td>"
                    f"<td class=num>{float(r.get('mean_return') or 0):.3f}</td>"
                    f"<td class=num>{int(r.get('tokens') or 0):,}</td></tr>")

@@ -236,6 +236,9 @@ def build_report(engine: "Engine") -> dict:
 
 
 def fmt_rate(row: dict) -> str:
+    """``rate [lo, hi]``; a row with no episode has no rate (``n = 0`` is never shown as 0%)."""
+    if not row.get("n"):
+        return "no episode played"
     lo, hi = row["ci95"]
     return f"{row['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
 

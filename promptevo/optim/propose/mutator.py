@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from promptevo.agents.base import unknown_placeholders
 from promptevo.optim.reflect.analyzer import Analysis, OP_ALIASES
 from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, example_strings, example_target, load_template, render_template
 from promptevo.optim.reflect.render import render_history
-from promptevo.segments import Edit, PromptFormatError, PromptSet, apply_edit, sanitize_text
+from promptevo.segments import Edit, Prompt, PromptFormatError, PromptSet, Segment, apply_edit, sanitize_text
 
 
 class EditSpec(BaseModel):
@@ -100,6 +101,10 @@ def check_edit(
         return None, f"segment {edit.module}.{edit.segment} holds the answer format and cannot be deleted"
     if edit.op == "delete" and len(names) <= 1:
         return None, f"deleting {edit.module}.{edit.segment} would leave the module empty"
+    if edit.op != "delete":
+        bad = unknown_placeholders(PromptSet.of({"x": Prompt((Segment("x", sanitize_text(edit.text)),))}))
+        if bad:
+            return None, f"unknown placeholder {bad[0]} (the agent would see it literally)"
     try:
         child = apply_edit(parent, edit)
     except PromptFormatError as e:
