@@ -83,6 +83,8 @@ class CompareConfig:
     max_tokens: int = 512
     optimizer_temperature: float = 0.7
     optimizer_max_tokens: int = 2048
+    history: int | None = None  # naive/robust-cot: observations kept in the messages (every method alike)
+    operators: list[str] = field(default_factory=lambda: ["induce", "mutate"])  # promptevo's proposal operators
     no_cache: bool = False
     results_dir: str = "results"
     run: str | None = None
@@ -101,6 +103,10 @@ class CompareConfig:
 
     def run_name(self) -> str:
         return self.run or f"compare-{self.task}-{datetime.now():%Y%m%d-%H%M%S}"
+
+    def agent_options(self, agent: str) -> dict:
+        """Message settings every method's agent shares (``history`` for the single-call agents)."""
+        return {"history": self.history} if self.history is not None and agent in ("naive", "robust-cot") else {}
 
     def run_dir(self) -> Path:
         p = Path(self.run_name())
@@ -250,7 +256,7 @@ class Comparison:
         if (out_dir / "episodes.jsonl").exists():
             (out_dir / "episodes.jsonl").unlink()  # a re-run of the same run name starts clean
         writer = RunWriter(out_dir)
-        factory = agent_factory(agent, gw, prompts)
+        factory = agent_factory(agent, gw, prompts, **self.cfg.agent_options(agent))
         t0 = time.perf_counter()
         results, summary = evaluate(self.task, factory, self.seeds.test, concurrency=self.cfg.concurrency,
                                     writer=writer, env_factory=self.env_factory or make_env, gateway=gw)
@@ -320,7 +326,10 @@ class Comparison:
             validation_episodes=len(self.seeds.validation), children=c.children, fitness=c.metric,
             budget_llm_calls=c.budget_calls, concurrency=c.concurrency, seed=c.seed, baseline=None,
             optimizer_temperature=c.optimizer_temperature, optimizer_max_tokens=c.optimizer_max_tokens,
-            final_test=False, results_dir=str(self.run_dir), run=str(run_dir),
+            final_test=False, results_dir=str(self.run_dir), run=str(run_dir), agent_options=c.agent_options(c.agent),
+            operators=c.operators, agent_max_tokens=c.max_tokens,
+            # the game's expert plays other training seeds than the shared ones (no LLM calls, outside the budget)
+            expert_seeds=[s for s in self.task.seed_list("train")[::-1] if s not in set(self.seeds.train)][:20],
         )
         kw: dict[str, Any] = {}
         if self.env_factory is not None:
@@ -356,6 +365,7 @@ class Comparison:
         self.log(f"[bold]gepa[/]: optimizing {c.agent} prompts with dspy.GEPA, budget {c.budget_calls} LLM calls")
         agw, rgw, budget = self.budgeted_gateways()
         gcfg = GepaConfig(budget_calls=c.budget_calls, metric=c.metric, concurrency=c.concurrency,  # type: ignore[arg-type]
+                          agent_options=c.agent_options(c.agent),
                           seed=c.seed, log_dir=str(self.run_dir / "gepa" / "gepa-state"))
         try:
             res = run_gepa(self.task, c.agent, self.initial_prompts(), agent_gateway=agw, reflection_gateway=rgw,
@@ -444,7 +454,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--methods", default="robust-cot,promptevo,gepa", help=f"comma-separated: {', '.join(METHODS)}")
     a("--budget-calls", type=int, default=500, help="LLM calls each optimizer may spend (default 500)")
     a("--agent", "-a", default="robust-cot", help="agent whose prompts are optimized (default robust-cot)")
-    a("--init", choices=["plain", "guided"], default="plain", help="initial prompts (default plain)")
+    a("--init", default="plain", help="initial prompts: plain, guided or compact (default plain)")
+    a("--history", type=int, default=None, help="naive/robust-cot: observations kept in the messages, for every "
+      "method (default the agent's, 16)")
+    a("--agent-max-tokens", type=int, default=512, help="max tokens per agent LLM call (default 512)")
+    a("--operators", default="induce,mutate", help="promptevo's proposal operators (default induce,mutate; the "
+      "person-written hint library is not used unless named)")
     a("--model", "-m", default=None, help="agent LLM, a LiteLLM model string (default the local model)")
     a("--api-base", default=None, help="server URL for the agent model")
     a("--optimizer-model", default=None, help="LLM for promptevo's analyser/mutator and GEPA's reflection")
@@ -477,7 +492,8 @@ def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool, bool]:
         optimizer_api_base=ns.optimizer_api_base, test_episodes=ns.test_episodes,
         train_episodes=ns.train_episodes, val_episodes=ns.val_episodes, max_steps=ns.max_steps, metric=ns.metric,
         generations=ns.generations, concurrency=ns.concurrency, seed=ns.seed, no_cache=ns.no_cache,
-        results_dir=ns.results_dir, run=ns.run,
+        results_dir=ns.results_dir, run=ns.run, history=ns.history, max_tokens=ns.agent_max_tokens,
+        operators=[x.strip() for x in ns.operators.split(",") if x.strip()],
     )
     return cfg, bool(ns.quiet), bool(ns.as_json)
 

@@ -70,6 +70,8 @@ class OptimizeConfig(BaseModel):
                               "its parent is stopped early")
     operators: list[Operator] = Field(default_factory=lambda: ["induce", "mutate"], description="proposal operators "
                                       "(induce: a rule table fitted to the game's expert, where the env has one)")
+    expert_seeds: list[int] | None = Field(default=None, description="seeds the game's expert plays (default: "
+                                           "expert_episodes fresh training seeds per generation)")
     screen: Literal["filter", "audit", "off"] = Field(default="filter", description="replay recorded states "
                                                       "with each child before racing (needs an expert): filter "
                                                       "drops children that fix nothing, audit only records")

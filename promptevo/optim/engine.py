@@ -168,6 +168,8 @@ class Engine:
         k = self.cfg.expert_episodes
         if k <= 0:
             return []
+        if self.cfg.expert_seeds is not None:  # given explicitly (e.g. by a comparison with shared splits)
+            return [int(s) for s in self.cfg.expert_seeds][:k]
         pool = self._train_order()
         end = len(pool) - ((g - 1) * k) % len(pool)
         return [pool[(end - k + i) % len(pool)] for i in range(k)]
@@ -308,7 +310,7 @@ class Engine:
         with self.lock:
             self.state.generations.append(rec)
             train = set(self.state.splits.get("train", []))
-            self.state.splits["train"] = sorted(train | set(ev) | set(ac) | set(rec.expert_seeds))
+            self.state.splits["train"] = sorted(train | set(ev) | set(ac))  # expert seeds: in the record
         if rec.mode == "prune":
             self.emit("note", generation=g, message=f"{parent.id} validation success {_rate(parent, 'validation')} "
                       f">= {self.cfg.prune_at:.0%}: pruning generation")
