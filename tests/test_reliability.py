@@ -142,8 +142,10 @@ def test_fault_injection_through_evaluate(tmp_path: Path):
     assert by_seed[2].error and by_seed[2].error.startswith("LLMError") and "Timeout" in by_seed[2].error
     assert by_seed[2].steps == 2
     assert by_seed[8].error and "InternalServerError" in by_seed[8].error and "\udcff" not in by_seed[8].error
-    # empty replies -> fallback action, counted
-    assert by_seed[3].error is None and by_seed[3].parse_failures == 4 and by_seed[3].faults["empty_replies"] == 4
+    # every reply empty (a server that returns nothing) -> fallback actions, counted, and the episode is an
+    # infrastructure failure: not scored
+    assert by_seed[3].error.startswith("LLMReplyError: all 4 replies") and by_seed[3].parse_failures == 4
+    assert by_seed[3].faults["empty_replies"] == 4
     assert all(st_["action"] == FALLBACK_ACTION for st_ in by_seed[3].trajectory)
     # wrong format -> fallback, invalid action, parse failure
     assert by_seed[5].parse_failures == 4 and by_seed[5].invalid_actions == 4
@@ -164,8 +166,8 @@ def test_fault_injection_through_evaluate(tmp_path: Path):
     raw.decode("utf-8")  # strict: must not raise
     # counts in summary.json
     faults = json.loads((tmp_path / "run" / "summary.json").read_text())["faults"]
-    assert faults["episodes"] == 10 and faults["episodes_errored"] == 2
-    assert faults["episode_errors_by_kind"] == {"LLMError": 2}
+    assert faults["episodes"] == 10 and faults["episodes_errored"] == 3
+    assert faults["episode_errors_by_kind"] == {"LLMError": 2, "LLMReplyError": 1}
     assert faults["parse_failures"] == sum(r.parse_failures for r in results) >= 8
     assert faults["invalid_actions"] == sum(r.invalid_actions for r in results)
     assert faults["empty_replies"] == 4 and faults["clipped_texts"] >= 4
@@ -173,7 +175,7 @@ def test_fault_injection_through_evaluate(tmp_path: Path):
     assert rk["RateLimitError"] == 4 and rk["InternalServerError"] >= 8 + 3 and rk["Timeout"] == 3
     assert rk["empty_reply"] == 4 * 3 and ek == {"InternalServerError": 1, "Timeout": 1, "empty_reply": 4}
     assert faults["llm_retries"] == sum(rk.values()) and faults["llm_errors"] == sum(ek.values())
-    assert summary["errors"] == 2
+    assert summary["errors"] == 3
     _FAULT_LEDGER.update(injected=sum(script.injected.values()), kinds=len(script.injected),
                          survived=sum(1 for r in results if r.error is None),
                          lost=len(FAULT_SEEDS) - len(stored))

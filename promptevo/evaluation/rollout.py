@@ -4,8 +4,8 @@
   per episode, so episodes can run in parallel threads; the LLM gateway is shared and thread-safe.
 * Step limit: ``min(env.max_steps, task.max_steps)`` (``task.max_steps`` is an optional override).
 * Success: ``info["success"]`` from the final step when the env reports it, else ``progression >= 1``.
-* An :class:`~promptevo.llm.LLMError` inside an episode ends that episode with ``error`` set (the run
-  goes on; :mod:`promptevo.evaluation.statistics` leaves errored episodes out of the rates and counts them).
+* An :class:`~promptevo.llm.LLMError` inside an episode ends that episode with ``error`` set, and so
+  does an episode in which every reply was empty (a server that returns nothing; the run goes on; :mod:`promptevo.evaluation.statistics` leaves errored episodes out of the rates and counts them).
   An ``LLMConfigError`` (bad model name, missing key) is re-raised: no episode can succeed.
 
 Trajectory records (one dict per step): ``t``, ``observation`` (what the agent saw), ``action`` (sent
@@ -264,6 +264,8 @@ def run_episode(
             progress = None
     finally:
         env.close()
+    if error is None and calls_n and faults["empty_replies"] >= calls_n:  # the server answered nothing, ever
+        error = f"LLMReplyError: all {calls_n} replies of the episode were empty (the server returns nothing)"
     success = success_flag if success_flag is not None else progression >= 1.0
     if progress is not None:
         progress = 1.0 if success else max(0.0, min(1.0, float(progress)))

@@ -223,6 +223,20 @@ class Engine:
                       f"({', '.join(sorted(errs))}); they are left out of the comparison (seeds {lost[:6]})")
         return out
 
+    def check_parsing(self, episodes: Any) -> None:
+        """The initial prompts must give replies the agent can parse: a warning when most steps could not
+        be parsed, a stop (RunError, before any more is spent) when none could."""
+        eps = list(episodes)
+        steps = sum(int(e.get("steps") or 0) for e in eps)
+        bad = sum(int(e.get("parse_failures") or 0) for e in eps)
+        if not steps or bad * 2 <= steps:
+            return
+        msg = (f"the initial prompts' replies could not be parsed in {bad} of {steps} steps: check their answer "
+               "format (the agent falls back to its default action)")
+        if bad >= steps and len(eps) >= 2:
+            raise RunError(msg)
+        self.warn(f"warning: {msg}")
+
     def _last_error(self, key: str, seed: int) -> str | None:
         for k, s, d in self.store.items(key):
             if s == seed:
@@ -231,6 +245,8 @@ class Engine:
 
     def eval_candidate(self, cand: Candidate, split: str, seeds: Sequence[int]) -> None:
         eps = self.play(cand.fingerprint, cand.prompt_set(), seeds, split)
+        if cand.id == "c0" and eps:
+            self.check_parsing(eps.values())
         with self.lock:
             target = cand.records(split)  # type: ignore[arg-type]
             for s, ep in eps.items():
