@@ -172,13 +172,17 @@ def test_induce_says_why_with_too_few_states():
     assert not induce([]).useful
 
 
-def test_render_of_a_split_asks_for_the_shape_as_a_yes_no_field():
+def test_render_of_a_split_asks_for_the_words_after_the_name_or_a_yes_no_field():
     t = RuleTable("1.last", {"forward": Split("1.rest", "a ... 1 step forward", "pick up", "go forward"),
                              "left": "turn left"}, "go forward", "turn right")
     rule, fmt = render(t, load_phrases())
-    assert 'Exactly "a ... 1 step forward": <yes' in fmt
-    assert 'Last word is "forward" and Exactly "a ... 1 step forward" is yes: pick up.' in rule
+    assert "After the name: <the words that follow the name" in fmt
+    assert 'Last word is "forward" and After the name is "1 step forward": pick up.' in rule
     assert 'Last word is "forward", otherwise: go forward.' in rule and complexity(t) == 3
+    # a shape with nothing after the name can only be asked as a whole
+    t2 = RuleTable("1.last", {"ball": Split("1.rest", "you carry a ...", "drop", "go forward")}, "go forward")
+    rule2, fmt2 = render(t2, load_phrases())
+    assert 'Exactly "you carry a ...": <yes' in fmt2 and 'Exactly "you carry a ..." is yes: drop.' in rule2
 
 
 # -- expert evidence --------------------------------------------------------------------------------------

@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promptevo.optim.reflect.expert import LabelledState
-from promptevo.optim.reflect.features import NONE, Vocabulary, defined, mission_slots, state_features, vocabulary
+from promptevo.optim.reflect.features import (
+    NONE,
+    PLACEHOLDER,
+    Vocabulary,
+    defined,
+    mission_slots,
+    state_features,
+    vocabulary,
+)
 from promptevo.optim.reflect.llm_json import template_dir
 from promptevo.resources import shipped_dir
 
@@ -314,6 +322,17 @@ def render(table: RuleTable, phrases: dict, *, action_tag: str = "<|ACTION|>the 
         return feature.split(".", 1)[1] == "rest" and feature != table.root
 
     tests = list(dict.fromkeys((b.feature, b.value) for b in table.branches.values() if isinstance(b, Split)))
+
+    def after(pattern: str) -> str:
+        """The words after the name in a shape ("a ... 1 step forward" -> "1 step forward")."""
+        parts = pattern.split(PLACEHOLDER, 1)
+        return parts[1].strip() if len(parts) == 2 else ""
+
+    def after_form(feature: str) -> bool:
+        """A shape test the agent answers by copying the words after the name (easier for a small model
+        than judging whether a whole line matches a shape)."""
+        return is_test(feature) and all(after(w) for g, w in tests if g == feature)
+
     fmt = [phrases["format"]["intro"]]
     for k in slots:
         fmt.append(phrases["fields"]["line"]["ask"].format(label=_label(f"{k}.line", phrases, multi),
@@ -321,7 +340,10 @@ def render(table: RuleTable, phrases: dict, *, action_tag: str = "<|ACTION|>the 
         for f in used:
             if f.split(".", 1)[0] != k or f.endswith(".line"):
                 continue
-            if is_test(f):
+            if after_form(f):
+                fmt.append(phrases["fields"]["rest"]["ask_after"].format(label=_label(f, phrases, multi, "after_label"),
+                                                                         slot=slot_name(k)))
+            elif is_test(f):
                 fmt += [phrases["fields"]["rest"]["ask_test"].format(label=_label(f, phrases, multi, "test_label"),
                                                                      pattern=w) for g, w in tests if g == f]
             else:
@@ -330,6 +352,8 @@ def render(table: RuleTable, phrases: dict, *, action_tag: str = "<|ACTION|>the 
     fmt.append(action_tag)
 
     def cond(feature: str, value: str) -> str:
+        if after_form(feature):
+            return phrases["rule"]["is"].format(label=_label(feature, phrases, multi, "after_label"), value=after(value))
         if is_test(feature):
             return phrases["rule"]["test"].format(label=_label(feature, phrases, multi, "test_label"), pattern=value)
         return phrases["rule"]["is"].format(label=_label(feature, phrases, multi), value=value)
