@@ -102,7 +102,7 @@ class FolderLock:
     def release(self) -> None:
         if self._fd is not None:
             try:
-                os.ftruncate(self._fd, 0)
+                self.path.unlink(missing_ok=True)  # while still held: no other process can be mid-acquire on it
             except OSError:
                 pass
             os.close(self._fd)  # closing releases the flock
