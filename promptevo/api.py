@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from promptevo.fileio import FolderLock, FolderLockError, io_error_line
-from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
+from promptevo.fileio import FolderLock, FolderLockError, io_error_line, write_text_atomic
+from promptevo.optim.config import ConfigError, OptimizeConfig, config_toml, validate_config
 from promptevo.optim.engine import Engine, RunResult
 from promptevo.optim.events import Emitter
 from promptevo.optim.state import RunError, RunStopped
@@ -139,6 +139,7 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
     except OSError as e:
         raise RunError(io_error_line(e)) from None
     try:
+        write_text_atomic(run_dir / "config.toml", config_toml(config))  # `--config` repeats the run
         return _run_engine(config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway, run_dir,
                            listeners=listeners, quiet=quiet, console=console, lock_note=lock_note)
     except OSError as e:

@@ -35,6 +35,7 @@ class AgentEntry:
     factory: Callable[..., Agent]
     description: str
     needs_llm: bool = True
+    calls_per_step: int = 1  # LLM calls one decision takes (two-stage: descriptor + actor)
 
 
 _REGISTRY: dict[str, AgentEntry] = {}
@@ -42,7 +43,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
 def register_agent(name: str, factory: Callable[..., Agent], *, description: str = "",
-                   needs_llm: bool = True, replace: bool = False) -> None:
+                   needs_llm: bool = True, calls_per_step: int = 1, replace: bool = False) -> None:
     """Make ``factory(gateway, prompts, **options)`` available as agent ``name`` (CLI ``--agent``,
     :func:`make_agent`, the optimizer). Its default prompts are looked up as for the built-in agents."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -51,7 +52,8 @@ def register_agent(name: str, factory: Callable[..., Agent], *, description: str
         raise AgentError(f"agent {name!r}: factory must be callable (got {type(factory).__name__})")
     if name in _REGISTRY and not replace:
         raise AgentError(f"agent {name!r} is already registered (pass replace=True to replace it)")
-    _REGISTRY[name] = AgentEntry(name, factory, description or getattr(factory, "__doc__", "") or "", needs_llm)
+    _REGISTRY[name] = AgentEntry(name, factory, description or getattr(factory, "__doc__", "") or "", needs_llm,
+                                 calls_per_step if needs_llm else 0)
 
 
 def agents() -> dict[str, str]:
@@ -67,6 +69,11 @@ def check_agent_name(name: str) -> str:
 
 def needs_llm(name: str) -> bool:
     return _REGISTRY[check_agent_name(name)].needs_llm
+
+
+def calls_per_step(name: str) -> int:
+    """LLM calls one decision of agent ``name`` takes (0 for an agent without an LLM)."""
+    return _REGISTRY[check_agent_name(name)].calls_per_step
 
 
 def make_agent(name: str, gateway: "Gateway | None", prompts: PromptSet | None = None, **kw: Any) -> Agent:
@@ -161,5 +168,5 @@ register_agent("naive", NaiveAgent,
 register_agent("robust-cot", RobustCoTAgent,
                description="one call per step; reason, then <|ACTION|>a<|END|> (BALROG RobustCoTAgent protocol)")
 register_agent("random", RandomAgent, description="uniform random valid action (seeded); the floor", needs_llm=False)
-register_agent("two-stage", TwoStageAgent,
+register_agent("two-stage", TwoStageAgent, calls_per_step=2,
                description="descriptor call (focused scene description) + actor call (action); RAPOA-style")

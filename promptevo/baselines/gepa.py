@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
+from promptevo.agents.registry import calls_per_step
 from promptevo.llm.errors import LLMBudgetError
 from promptevo.llm.types import Completion
 from promptevo.segments import Prompt, PromptSet, Segment
@@ -415,10 +416,6 @@ class _Shared:
 
     def __copy__(self) -> "_Shared":
         return self
-
-
-def calls_per_step(agent_name: str) -> int:
-    return 2 if agent_name == "two-stage" else 1
 
 
 def derived_max_metric_calls(budget_calls: int, agent_name: str) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
+from promptevo.optim.config import ConfigError, OptimizeConfig, load_config_file, validate_config
 from promptevo.optim.state import CHECKPOINT, RunError, RunStopped, load_checkpoint
 
 
@@ -24,6 +24,13 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     )
     a = p.add_argument
     a("--task", "-t", help="task name (see `promptevo tasks`; required unless --resume)")
+    a("--config", metavar="FILE", help="settings from a TOML file (keys as options: validation-episodes = 40); "
+      "options on the command line win. Every run writes its resolved settings to results/<run>/config.toml")
+    a("--preset", choices=["quick", "standard", "thorough"], help="named run sizes: quick = 2 generations x 2 "
+      "children x 10 training seeds, 40 validation, 50 test seeds (for a local model: about an hour); standard = "
+      "the defaults (4 x 3 x 32, 150 validation, 100 test; power 0.84 for a +20-point edit); thorough = 6 x 4 x "
+      "48, 300 validation, 200 test. Explicit size options win")
+    a("--dry-run", action="store_true", help="print the plan (episodes per phase, LLM calls, time estimate) and exit")
     a("--agent", "-a", help="agent whose prompts are optimized (default two-stage)")
     a("--init", help="initial default prompts: plain, guided or compact (prompts/<family>/<init>/; default plain)")
     a("--prompts", help="initial PromptSet file (.md/.json) instead of the defaults")
@@ -72,6 +79,10 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     a("--budget-tokens", type=int, dest="budget_tokens", help="stop after this many tokens")
     a("--budget-dollars", type=float, dest="budget_dollars", help="stop after this much spend (USD)")
     a("--budget-episodes", type=int, dest="budget_episodes", help="stop after this many episodes")
+    a("--max-hours", type=float, help="time limit over every resume; the final test split is still played and "
+      "--resume with a larger limit continues")
+    a("--patience", type=int, help="stop after this many generations in a row without a promotion")
+    a("--target-success", type=float, help="stop once the best prompts' validation success rate reaches this (0-1)")
     a("--price-in", type=float, help="USD per million prompt tokens (models without a known price)")
     a("--price-out", type=float, help="USD per million completion tokens")
     a("--concurrency", "-j", type=int, help="episodes in flight (default 1 for local/ models, else 4)")
@@ -104,17 +115,24 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     return p
 
 
-_NOT_CONFIG = ("resume", "quiet", "history")
+_NOT_CONFIG = ("resume", "quiet", "history", "config", "dry_run")
 
 
 def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
     """(config, quiet) from command-line arguments; with --resume the stored config is the base."""
     ns = build_parser().parse_args(list(args))
     given: dict[str, Any] = {k: v for k, v in vars(ns).items() if v is not None and k not in _NOT_CONFIG}
+    if ns.config:
+        from_file = load_config_file(ns.config)
+        for key in ("api_base", "optimizer_api_base"):
+            if "***" in str(from_file.get(key) or "") and key not in given:
+                raise ConfigError(f"--{key.replace('_', '-')}: {ns.config} has a masked server URL ({from_file[key]}); "
+                                  f"give --{key.replace('_', '-')} with its credentials")
+        given = {**from_file, **given}
     if "baseline" in given and str(given["baseline"]).lower() in ("none", "off", ""):
         given["baseline"] = None
     if ns.history is not None:
-        given["agent_options"] = {"history": ns.history}
+        given["agent_options"] = {**(given.get("agent_options") or {}), "history": ns.history}
     if ns.resume:
         path = Path(ns.resume)
         if not (path / CHECKPOINT).exists():
@@ -135,6 +153,38 @@ def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
     return cfg, bool(ns.quiet)
 
 
+def run_plan(cfg: OptimizeConfig, args: Sequence[str], *, probe: bool = False) -> list[str]:
+    """The plan of a run as lines (:mod:`promptevo.optim.plan`): seconds per call from earlier runs of the
+    model, else (with ``probe``) measured on a few agent calls, else unknown."""
+    from promptevo.agents.registry import calls_per_step
+    from promptevo.envs.base import has_expert
+    from promptevo.optim.plan import calls_from_runs, describe, make_plan, probe_seconds, seconds_from_runs
+    from promptevo.tasks import load_task, make_env
+
+    task = load_task(cfg.task)
+    env = make_env(task)
+    try:
+        obs, info = env.reset(task.seed_list("train")[0])
+        steps = min(env.max_steps, cfg.max_steps or env.max_steps, task.max_steps or env.max_steps)
+        expert = has_expert(env)
+        found = seconds_from_runs(cfg.results_dir, cfg.model)
+        if found is None and probe:
+            from promptevo.agents.registry import make_agent
+            from promptevo.api import build_gateways
+
+            gw, _ = build_gateways(cfg.model_copy(update={"no_cache": True}))
+            agent = make_agent(cfg.agent, gw, task=task, init=cfg.init, **cfg.agent_options)
+            agent.reset(env, str(info.get("mission") or env.mission), seed=0)
+            found = probe_seconds(lambda: agent.act(obs, info), n=3)
+    finally:
+        env.close()
+    seconds, source = found if found else (None, "")
+    plan = make_plan(cfg, steps, calls_per_step=calls_per_step(cfg.agent), has_expert=expert, seconds=seconds,
+                     source=source, calls_per_episode=calls_from_runs(cfg.results_dir, cfg.model, cfg.task, cfg.agent))
+    given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in args if a.startswith("--")}
+    return describe(plan, cfg, given)
+
+
 def cli_main(args: Sequence[str]) -> int:
     """Entry point of ``promptevo optimize``; returns the exit code."""
     from rich.console import Console
@@ -150,6 +200,15 @@ def cli_main(args: Sequence[str]) -> int:
     except (ConfigError, RunError) as e:
         err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 2
+    dry = "--dry-run" in args
+    try:
+        for line in run_plan(cfg, args, probe=dry):
+            err.print(line, highlight=False, markup=False, soft_wrap=True)
+    except (ConfigError, RunError, *user_error_types()) as e:
+        err.print(f"[bold red]error:[/] {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
+        return 2
+    if dry:
+        return 0
     try:
         res = optimize(cfg, quiet=quiet)
     except KeyboardInterrupt:

@@ -15,6 +15,17 @@ Operator = Literal["induce", "rules", "mutate", "delete", "crossover", "hints"]
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 
 
+#: named sizes of a run (explicit flags win over a preset); the README states what each costs and its power
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"generations": 2, "children": 2, "episodes": 10, "evidence_episodes": 4, "validation_episodes": 40,
+              "test_episodes": 50},
+    "standard": {"generations": 4, "children": 3, "episodes": 32, "evidence_episodes": 8, "validation_episodes": 150,
+                 "test_episodes": 100},
+    "thorough": {"generations": 6, "children": 4, "episodes": 48, "evidence_episodes": 8, "validation_episodes": 300,
+                 "test_episodes": 200},
+}
+
+
 class ConfigError(ValueError):
     """A setting is wrong; ``str(e)`` is one line naming the option."""
 
@@ -26,6 +37,8 @@ class OptimizeConfig(BaseModel):
 
     # what is optimized
     task: str
+    preset: Literal["quick", "standard", "thorough"] | None = Field(default=None, description="named run sizes "
+                                                                   "(explicit size options win)")
     agent: str = "two-stage"
     init: str = Field(default="plain", description="initial default prompts (plain, guided, compact: prompts/<family>/<init>/)")
     prompts: str | None = Field(default=None, description="initial PromptSet file (.md/.json); overrides init")
@@ -91,6 +104,14 @@ class OptimizeConfig(BaseModel):
     budget_tokens: int | None = Field(default=None, ge=1)
     budget_dollars: float | None = Field(default=None, gt=0)
     budget_episodes: int | None = Field(default=None, ge=1)
+    # stop conditions (each recorded as the stop reason; the final test split is still played, and --resume
+    # with a larger limit continues the run)
+    max_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="time limit (over "
+                                    "every resume); checked between steps")
+    patience: int | None = Field(default=None, ge=1, description="stop after this many generations in a row "
+                                 "without a promotion")
+    target_success: float | None = Field(default=None, gt=0, le=1, description="stop once the best prompts' "
+                                         "validation success rate reaches this")
     concurrency: int | None = Field(default=None, ge=1, description="episodes in flight (default: 1 for "
                                     "local/ models, 4 otherwise)")
     seed: int = 0
@@ -164,11 +185,22 @@ def flag_of(field: str) -> str:
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+def with_preset(given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with the sizes of its ``preset`` filled in where no explicit value was given."""
+    name = given.get("preset")
+    if name is None:
+        return dict(given)
+    if name not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {name!r} (use {', '.join(PRESETS)})")
+    return {**PRESETS[name], **given}
+
+
 def validate_config(given: dict[str, Any]) -> OptimizeConfig:
-    """OptimizeConfig from option values; a bad value is one ConfigError line naming its flag as typed
-    (``--budget-calls``, ``--operators``), and the value when it is one of a list."""
+    """OptimizeConfig from option values (a preset's sizes filled in where not given); a bad value is one
+    ConfigError line naming its flag as typed (``--budget-calls``, ``--operators``), and the value when it
+    is one of a list."""
     try:
-        return OptimizeConfig.model_validate(given)
+        return OptimizeConfig.model_validate(with_preset(given))
     except ValidationError as e:
         d = e.errors()[0]
         loc = [x for x in d.get("loc", ()) if isinstance(x, str)]
@@ -176,3 +208,63 @@ def validate_config(given: dict[str, Any]) -> OptimizeConfig:
         if loc and d.get("input") is not None and not isinstance(d.get("input"), (dict, list)):
             msg += f" (got {d['input']!r})"
         raise ConfigError(f"{flag_of(loc[0])}: {msg}" if loc else msg) from None
+
+
+# -- runs as files -----------------------------------------------------------------------------------
+#: settings a config file never carries (where a run lives and whether it resumes are per invocation)
+NOT_IN_FILE = ("run", "resume")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def config_toml(cfg: OptimizeConfig) -> str:
+    """The resolved settings of a run as TOML (``promptevo optimize --config FILE`` repeats it); unset
+    options are left out, credentials in server URLs are masked."""
+    d = cfg.model_dump(mode="json")
+    lines = ["# promptevo optimize settings: `promptevo optimize --config <this file>` repeats the run", ""]
+    tables = []
+    for k, v in d.items():
+        if k in NOT_IN_FILE or v is None:
+            continue
+        if isinstance(v, dict):
+            tables.append((k, v))
+            continue
+        lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in tables:
+        lines += ["", f"[{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items() if vv is not None]
+    return "\n".join(lines) + "\n"
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Option values from a TOML file (keys as fields or as flags: ``validation_episodes`` or
+    ``validation-episodes``); one ConfigError line on a missing, unreadable or unknown entry."""
+    import tomllib
+
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"--config {p}: no such file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"--config {p}: not a readable TOML file ({' '.join(str(e).split())})") from None
+    out: dict[str, Any] = {}
+    fields = set(OptimizeConfig.model_fields)
+    for k, v in data.items():
+        key = k.replace("-", "_")
+        if key == "history":
+            out.setdefault("agent_options", {})["history"] = v
+            continue
+        if key not in fields or key in NOT_IN_FILE:
+            raise ConfigError(f"--config {p}: unknown setting {k!r}")
+        out[key] = v
+    return out

@@ -141,6 +141,23 @@ class Engine:
         total = self.episodes_total
         if c.budget_episodes is not None and total >= c.budget_episodes:
             return f"episode budget reached ({total} >= {c.budget_episodes})"
+        if c.max_hours is not None and self.wall_s >= c.max_hours * 3600:
+            return f"time limit reached ({self.wall_s / 3600:.2f} h >= {c.max_hours:g} h)"
+        return None
+
+    def converged(self) -> str | None:
+        """A stop condition checked between generations: no promotion in ``patience`` generations in a
+        row, or the best prompts' validation success at ``target_success``."""
+        c, st = self.cfg, self.state
+        if c.patience is not None:
+            done = [g for g in sorted(st.generations, key=lambda r: r.index) if g.done]
+            tail = done[-c.patience:]
+            if len(tail) == c.patience and not any((g.gate or {}).get("promoted") for g in tail):
+                return f"no improvement in {c.patience} generation(s)"
+        if c.target_success is not None and st.best.validation:
+            rate = summarize_records(st.best.validation)["success_rate"]
+            if rate >= c.target_success:
+                return f"target reached (validation success {rate:.0%} >= {c.target_success:.0%})"
         return None
 
     # -- seeds --------------------------------------------------------------------------------------
@@ -274,7 +291,8 @@ class Engine:
             state.config = self.cfg
             self.state = state
             done = sum(1 for g in state.generations if g.done)
-            budget_stop = state.stop_reason.startswith(("LLM-call", "token", "dollar", "episode"))
+            budget_stop = state.stop_reason.startswith(("LLM-call", "token", "dollar", "episode", "time limit",
+                                                        "no improvement", "target reached"))
             if state.phase != "optimize" and done < self.cfg.generations and (
                     not budget_stop or self.budget_raised(state)):
                 state.phase = "optimize"
@@ -315,7 +333,12 @@ class Engine:
                 or (reason.startswith("token") and c.budget_tokens is not None and u["tokens"] < c.budget_tokens)
                 or (reason.startswith("dollar") and c.budget_dollars is not None and u["cost"] < c.budget_dollars)
                 or (reason.startswith("episode") and c.budget_episodes is not None
-                    and state.episodes_run < c.budget_episodes))
+                    and state.episodes_run < c.budget_episodes)
+                or (reason.startswith("time limit") and (c.max_hours is None or state.wall_s < c.max_hours * 3600))
+                or (reason.startswith("no improvement") and (c.patience is None
+                                                             or f"in {c.patience} generation" not in reason))
+                or (reason.startswith("target reached") and (c.target_success is None
+                                                             or f">= {c.target_success:.0%}" not in reason)))
 
     # -- one generation -----------------------------------------------------------------------------
     def new_generation(self, g: int) -> GenerationRecord:
@@ -587,7 +610,7 @@ class Engine:
                 rec = st.gen(g)
                 if rec is not None and rec.done:
                     continue
-                if (why := self.budget_exceeded()):
+                if (why := self.budget_exceeded() or (self.converged() if g > 1 else None)):
                     stop = why
                     break
                 why = self.run_generation(g)

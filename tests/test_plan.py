@@ -1,0 +1,85 @@
+"""Stop conditions, presets, runs as files and the plan printed before a run (test doubles, no real LLM)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from engine_doubles import CountingRunner, config, run
+
+from promptevo.optim.config import PRESETS, ConfigError, OptimizeConfig, config_toml, load_config_file, validate_config
+from promptevo.optim.plan import describe, make_plan
+from promptevo.optim.state import load_checkpoint
+
+
+def test_time_limit_stops_the_run_plays_the_test_split_and_resume_with_more_time_continues(tmp_path):
+    cfg = config(tmp_path, generations=3, max_hours=1e-9)
+    res = run(cfg)
+    st = load_checkpoint(cfg.run_path())
+    assert res.stop_reason.startswith("time limit reached") and st.phase == "done"
+    assert res.report["rows"] and all(r["n"] == cfg.test_episodes for r in res.report["rows"])
+    assert sum(1 for g in st.generations if g.done) == 0
+    res2 = run(cfg.model_copy(update={"resume": True, "max_hours": 10.0}))
+    st2 = load_checkpoint(cfg.run_path())
+    assert res2.stop_reason == "completed 3 generations" and sum(1 for g in st2.generations if g.done) == 3
+
+
+def test_patience_and_target_stop_between_generations(tmp_path):
+    res = run(config(tmp_path, generations=4, patience=1, run="p"))  # gen 1 promotes the rule, gen 2 nothing
+    st = load_checkpoint(res.run_dir)
+    assert res.stop_reason == "no improvement in 1 generation(s)" and len(st.generations) == 2
+    assert not (st.generations[-1].gate or {}).get("promoted") and res.report["rows"]
+    res = run(config(tmp_path, generations=4, target_success=0.5, run="t"))
+    assert res.stop_reason.startswith("target reached") and res.report["rows"]  # the rule is promoted at once
+
+
+def test_preset_sizes_and_explicit_options_win():
+    cfg = validate_config({"task": "goto", "preset": "quick", "validation_episodes": 30})
+    assert cfg.generations == PRESETS["quick"]["generations"] and cfg.validation_episodes == 30
+    with pytest.raises(ConfigError, match="--preset"):
+        validate_config({"task": "goto", "preset": "huge"})
+    plan = make_plan(cfg, 64, seconds=2.0, source="test")
+    lines = describe(plan, cfg, {"validation_episodes", "preset"})
+    assert any("explicit options win: --validation-episodes" in ln for ln in lines)
+    assert plan.phases["validation"] == 30 * 2 + 30 and plan.phases["test"] == 50 * 3
+
+
+def test_plan_names_a_time_limit_shorter_than_one_episode():
+    cfg = OptimizeConfig(task="goto", max_hours=0.0001)
+    lines = describe(make_plan(cfg, 64, seconds=3.0, source="test"), cfg)
+    assert any("shorter than one episode" in ln for ln in lines)
+
+
+def test_config_file_round_trip_and_errors(tmp_path):
+    cfg = OptimizeConfig(task="goto", agent="robust-cot", agent_options={"history": 1}, operators=["induce"],
+                         validation_episodes=40, max_hours=2.0)
+    p = tmp_path / "c.toml"
+    p.write_text(config_toml(cfg))
+    again = validate_config(load_config_file(p))
+    assert again.model_dump(exclude={"run", "resume"}) == cfg.model_dump(exclude={"run", "resume"})
+    (tmp_path / "bad.toml").write_text('task = "goto"\nvalidation-episodez = 3\n')
+    with pytest.raises(ConfigError, match="unknown setting 'validation-episodez'"):
+        load_config_file(tmp_path / "bad.toml")
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config_file(tmp_path / "nope.toml")
+
+
+def test_every_run_writes_its_settings_and_config_repeats_it(tmp_path):
+    from promptevo.cli.optimize import config_from_args
+
+    res = run(config(tmp_path, generations=1))
+    written = res.run_dir / "config.toml"
+    assert written.is_file() and "run =" not in written.read_text()
+    cfg, _ = config_from_args(["--config", str(written), "--run", "again"])
+    assert cfg.generations == 1 and cfg.task == "scripted-pickup" and cfg.run == "again"
+    cfg2, _ = config_from_args(["--config", str(written), "--generations", "3"])
+    assert cfg2.generations == 3  # the command line wins
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--agent", "random",
+                        "--preset", "quick", "--dry-run", "--results-dir", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "plan: goto" in r.stderr and "final test" in r.stderr and not (tmp_path / "res").exists()
