@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from promptevo.errors import PromptevoError
+
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     path = Path(path)
@@ -51,7 +53,7 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-class FolderLockError(RuntimeError):
+class FolderLockError(PromptevoError, RuntimeError):
     """Another live process owns the folder; ``str(e)`` is one line naming its PID."""
 
 

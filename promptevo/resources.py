@@ -22,12 +22,14 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from promptevo.errors import PromptevoError
+
 TASKS_ENV = "PROMPTEVO_TASKS_DIR"
 PROMPTS_ENV = "PROMPTEVO_PROMPTS_DIR"
 DATA_PACKAGE = "_data"  # promptevo/_data/{tasks,prompts} inside an installed wheel
 
 
-class ResourceError(ValueError):
+class ResourceError(PromptevoError, ValueError):
     """A data folder cannot be used; ``str(e)`` is one line meant for the user."""
 
 

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from promptevo.errors import PromptevoError
+
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
 _HEAD_RE = re.compile(r"^(#{1,2})[ \t]+(\S.*?)\s*$")
 
 
-class PromptFormatError(ValueError):
+class PromptFormatError(PromptevoError, ValueError):
     """A prompt file or prompt edit is malformed."""
 
 

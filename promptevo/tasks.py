@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from promptevo.envs.base import TextEnv
 from promptevo.envs.registry import EnvRegistryError, check_params, get_family
 from promptevo.envs.registry import make_env as registry_make_env
+from promptevo.errors import PromptevoError
 from promptevo.resources import tasks_dir
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ Split = Literal["train", "validation", "test"]
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 
 
-class TaskError(ValueError):
+class TaskError(PromptevoError, ValueError):
     """A task name or task file is wrong; ``str(e)`` is one line meant for the user."""
 
 

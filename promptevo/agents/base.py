@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from promptevo.agents.actions import default_think_chars
 from promptevo.envs.base import ActionSpace, TextEnv
+from promptevo.errors import PromptevoError
 from promptevo.segments import Prompt, PromptSet
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,7 +33,7 @@ FORMAT_SEGMENT = "format"
 PLACEHOLDERS = ("{mission}", "{actions}", "{instructions}")
 
 
-class AgentError(ValueError):
+class AgentError(PromptevoError, ValueError):
     """Unknown agent name or unusable agent options; ``str(e)`` is one line."""
 
 

@@ -44,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from promptevo.errors import PromptevoError
 from promptevo.reporting.console import print_json, print_table
 from promptevo.segments import PromptSet
 
@@ -55,7 +56,7 @@ METHODS: dict[str, str] = {
 COMPARE_VERSION = 1
 
 
-class CompareError(ValueError):
+class CompareError(PromptevoError, ValueError):
     """Bad compare input; ``str(e)`` is one line meant for the user."""
 
 
@@ -499,9 +500,7 @@ def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool, bool]:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from promptevo.cli.errors import user_error_types
-
-    return (CompareError, *user_error_types())
+    return (PromptevoError, FileNotFoundError)
 
 
 def cli_main(args: Sequence[str]) -> int:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from promptevo.agents.registry import calls_per_step
+from promptevo.errors import PromptevoError
 from promptevo.llm.errors import LLMBudgetError
 from promptevo.llm.types import Completion
 from promptevo.segments import Prompt, PromptSet, Segment
@@ -65,7 +66,7 @@ INSTRUCTION_SEGMENT = "instruction"
 Metric = Literal["success", "progression", "return"]
 
 
-class GepaUnavailable(RuntimeError):
+class GepaUnavailable(PromptevoError, RuntimeError):
     """DSPy (and so dspy.GEPA) is not installed; ``str(e)`` is one line."""
 
 

@@ -169,9 +169,8 @@ def load_prompts_file(path: Path) -> Any:
 
     if path.is_dir():
         raise UserError(f"--prompts {path}: is a folder, not a prompt file (.md or .json)")
-    from promptevo.segments import PromptFormatError
-
     from promptevo.agents.base import check_placeholders
+    from promptevo.segments import PromptFormatError
 
     try:
         prompts = PromptSet.load(path)
@@ -229,10 +228,7 @@ def run_eval(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from promptevo.agents.registry import check_agent_name, default_prompt_path, make_agent
-    from promptevo.llm.gateway import Gateway, LLMConfig
-    from promptevo.llm.types import default_concurrency
     from promptevo.evaluation.rollout import fault_summary, run_episodes
-    from promptevo.evaluation.store import RunWriter, read_episodes
     from promptevo.evaluation.scaleout import (
         AgentSpec,
         RayNotInstalledError,
@@ -242,6 +238,9 @@ def run_eval(
         use_ray,
     )
     from promptevo.evaluation.statistics import aggregate_tasks, summarize, summarize_by_task
+    from promptevo.evaluation.store import RunWriter, read_episodes
+    from promptevo.llm.gateway import Gateway, LLMConfig
+    from promptevo.llm.types import default_concurrency
     from promptevo.segments import PromptSet
     from promptevo.tasks import load_task
 
@@ -640,7 +639,7 @@ def optimize_cmd(ctx: typer.Context) -> None:
 @app.command("curriculum", context_settings=_PASSTHROUGH)
 def curriculum_cmd(ctx: typer.Context) -> None:
     """Optimize prompts across MAPF stages whose configuration an LLM environment engineer proposes
-    (--engineer llm) or keeps fixed (--engineer fixed) (promptevo.envs.mapf.curriculum)."""
+    (--engineer llm) or keeps fixed (--engineer fixed) (promptevo.optim.curriculum)."""
     _delegate("curriculum", "promptevo.cli.curriculum", ctx.args)
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from promptevo.cli.errors import user_error_types
 from promptevo.cli.optimize import build_parser
-from promptevo.envs.mapf.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
+from promptevo.optim.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.state import RunError
 
 
@@ -34,7 +34,7 @@ def build_curriculum_parser() -> argparse.ArgumentParser:
 def curriculum_args(args: Sequence[str]) -> tuple[OptimizeConfig, dict[str, Any], bool]:
     """(base config, run_curriculum keyword arguments, quiet) from command-line arguments."""
     ns = build_curriculum_parser().parse_args(list(args))
-    extra = {"stages", "engineer", "target", "max_changes", "resume", "quiet", "history"}
+    extra = {"stages", "engineer", "target", "max_changes", "resume", "quiet", "history", "config", "dry_run"}
     given = {k: v for k, v in vars(ns).items() if v is not None and k not in extra}
     if "baseline" in given and given["baseline"].lower() in ("none", "off", ""):
         given["baseline"] = None

@@ -30,7 +30,7 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
       "children x 10 training seeds, 40 validation, 50 test seeds (for a local model: about an hour); standard = "
       "the defaults (4 x 3 x 32, 150 validation, 100 test; power 0.84 for a +20-point edit); thorough = 6 x 4 x "
       "48, 300 validation, 200 test. Explicit size options win")
-    a("--dry-run", action="store_true", help="print the plan (episodes per phase, LLM calls, time estimate) and exit")
+    a("--dry-run", action="store_true", default=None, help="print the plan (episodes per phase, LLM calls, time estimate) and exit")
     a("--agent", "-a", help="agent whose prompts are optimized (default two-stage)")
     a("--init", help="initial default prompts: plain, guided or compact (prompts/<family>/<init>/; default plain)")
     a("--prompts", help="initial PromptSet file (.md/.json) instead of the defaults")

@@ -18,12 +18,13 @@ from importlib import metadata
 from typing import Any, Callable
 
 from promptevo.envs.base import TextEnv
+from promptevo.errors import PromptevoError
 
 EnvMaker = Callable[[dict[str, Any]], TextEnv]
 ParamsCheck = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-class EnvRegistryError(ValueError):
+class EnvRegistryError(PromptevoError, ValueError):
     """Unknown family or bad family parameters; ``str(e)`` is one line."""
 
 

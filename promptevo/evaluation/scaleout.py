@@ -27,8 +27,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, TypeVar
 
-from promptevo.llm.gateway import LLMConfig, LLMConfigError
+from promptevo.errors import PromptevoError
 from promptevo.evaluation.rollout import EpisodeResult, KeepMessages, run_episode
+from promptevo.llm.gateway import LLMConfig, LLMConfigError
 from promptevo.tasks import TaskConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,7 +190,7 @@ def use_ray(flag: bool | None = None) -> bool:
     return bool(flag) or bool(os.environ.get("RAY_ADDRESS", "").strip())
 
 
-class RayNotInstalledError(ImportError):
+class RayNotInstalledError(PromptevoError, ImportError):
     """The optional ``ray`` package is missing; ``str(e)`` is :data:`RAY_MISSING`."""
 
 

@@ -16,13 +16,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
+from promptevo.errors import PromptevoError
 from promptevo.evaluation.episode import EpisodeResult
 from promptevo.fileio import append_jsonl, write_json_atomic
 
 EPISODES_FILE = "episodes.jsonl"
 
 
-class StoreError(RuntimeError):
+class StoreError(PromptevoError, RuntimeError):
     """A store file cannot be read; ``str(e)`` is one line."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from promptevo.errors import PromptevoError
+
 
 def one_line(text: str, limit: int = 400) -> str:
     """``text`` with whitespace collapsed, cut to ``limit`` characters."""
@@ -20,7 +22,7 @@ class LLMError(Exception):
         self.attempts = attempts
 
 
-class LLMConfigError(LLMError):
+class LLMConfigError(PromptevoError, LLMError):
     """Unknown model/provider, missing API key, bad api_base or bad request: never retried."""
 
 

@@ -16,6 +16,8 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
+from promptevo.errors import PromptevoError
+
 ENV_MODEL_DIR = "PROMPTEVO_MODEL_DIR"
 ENV_MODEL_PATH = "PROMPTEVO_MODEL_PATH"
 ENV_N_CTX = "PROMPTEVO_N_CTX"
@@ -32,7 +34,7 @@ _BLOCK = 1 << 20
 # --------------------------------------------------------------------------------------------- errors
 
 
-class LocalModelError(RuntimeError):
+class LocalModelError(PromptevoError, RuntimeError):
     """Base error of the local-model layer; ``str(e)`` is one line that says what to do."""
 
 

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
+from promptevo.errors import PromptevoError
+
 Fitness = Literal["success", "return", "progress", "progression"]
 AcceptRule = Literal["margin", "sign", "wilcoxon", "bootstrap", "always"]
 PromoteRule = Literal["sign", "wilcoxon", "bootstrap", "margin"]
@@ -26,7 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(PromptevoError, ValueError):
     """A setting is wrong; ``str(e)`` is one line naming the option."""
 
 

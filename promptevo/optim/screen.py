@@ -5,8 +5,9 @@ nothing the agent does: the same answer in every state. The screen asks the agen
 prompts and with the parent's, for one decision in each of a few recorded states of the parent's
 evidence episodes whose expert action is known (:mod:`promptevo.optim.reflect.expert`), one LLM call per
 state and prompt, no episode. A child *fixes* a state where it chooses the expert's action and the parent
-did not, and *breaks* one where the parent chose the expert's action and it does not. Only children that
-fix more states than they break go on to the race (with ``mode="audit"`` every child races and the screen
+did not, and *breaks* one where the parent chose the expert's action and it does not. Children that fix
+no state (most often: they change no answer at all) or break clearly more than they fix
+(:data:`BREAK_TOLERANCE`) are not raced (with ``mode="audit"`` every child races and the screen
 only records its verdict, to measure how well it agrees with the race).
 
 States are replayed without the agent's earlier messages (a history of one observation replays exactly;
@@ -23,6 +24,10 @@ from dataclasses import dataclass, field
 
 from promptevo.optim.reflect.expert import LabelledState, unique
 from promptevo.segments import PromptSet
+
+#: a child that fixes at least one state goes on to the race unless it breaks more than this many states
+#: beyond those it fixes (a few replayed states are noisy: the race, not the screen, judges small margins)
+BREAK_TOLERANCE = 1
 
 #: ``decide(prompts, state) -> (action, parsed)``: one decision of the agent in a recorded state
 Decide = Callable[[PromptSet, LabelledState], tuple[str, bool]]
@@ -95,7 +100,7 @@ def screen(child: PromptSet, parent: PromptSet, states: Sequence[LabelledState],
     res.wall_s = round(time.perf_counter() - t0, 2)
     if res.states == 0:
         res.reason = "no state could be replayed; kept without a verdict"
-    elif res.fixed > res.broken:
+    elif res.fixed >= 1 and res.broken <= res.fixed + BREAK_TOLERANCE:
         res.reason = f"fixes {res.fixed} of {res.states} states, breaks {res.broken}"
     else:
         res.keep = False

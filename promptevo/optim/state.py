@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from promptevo.errors import PromptevoError
 from promptevo.fileio import write_json_atomic
 from promptevo.optim.config import OptimizeConfig
 from promptevo.segments import PromptSet
@@ -24,7 +25,7 @@ CHECKPOINT_VERSION = 2
 SplitName = Literal["train", "validation", "test"]
 
 
-class RunError(RuntimeError):
+class RunError(PromptevoError, RuntimeError):
     """A run cannot start or continue; ``str(e)`` is one line meant for the user."""
 
 

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from promptevo.errors import PromptevoError
 from promptevo.fileio import write_json_atomic
 from promptevo.llm.secrets import redact, redact_url
 
@@ -49,7 +50,7 @@ _PROBE = ("0", "5")
 _LATER = ("2", "20")
 
 
-class TrackingError(RuntimeError):
+class TrackingError(PromptevoError, RuntimeError):
     """MLflow cannot be used; ``str(e)`` is one line meant for the user."""
 
 

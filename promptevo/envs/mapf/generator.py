@@ -22,6 +22,7 @@ from promptevo.envs.mapf.solver import (
     bfs_distances,
     solve,
 )
+from promptevo.errors import PromptevoError
 
 MAX_COMBINED_DENSITY = 0.75
 #: deterministic oracle budget inside the generator: an instance the solver cannot plan within it is
@@ -33,7 +34,7 @@ MAPF_PRESETS: tuple[str, ...] = ("single", "easy", "medium", "hard")
 ICE, HOLE, WALL, UNSEEN, ANY_GOAL = ".", "H", "#", "?", "G"
 
 
-class MAPFConfigError(ValueError):
+class MAPFConfigError(PromptevoError, ValueError):
     """A MAPF configuration or preset is invalid (one clear line)."""
 
 

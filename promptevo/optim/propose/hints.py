@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from promptevo.errors import PromptevoError
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.resources import prompts_dir
 from promptevo.segments import Edit, PromptSet, apply_edit, sanitize_text
@@ -37,7 +38,7 @@ from promptevo.segments import Edit, PromptSet, apply_edit, sanitize_text
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 
 
-class HintLibraryError(ValueError):
+class HintLibraryError(PromptevoError, ValueError):
     """The hint file is missing or malformed; ``str(e)`` is one line."""
 
 

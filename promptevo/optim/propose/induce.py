@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
-from pathlib import Path
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from promptevo.errors import PromptevoError
 from promptevo.optim.reflect.expert import LabelledState
 from promptevo.optim.reflect.features import (
     NONE,
@@ -54,7 +55,7 @@ SEGMENT = "induced-rule"
 Row = tuple[dict[str, str], str]  # (features, expert action)
 
 
-class InduceError(ValueError):
+class InduceError(PromptevoError, ValueError):
     """The phrase file of the induce operator is missing or malformed; ``str(e)`` is one line."""
 
 

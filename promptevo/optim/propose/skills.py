@@ -31,8 +31,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS
+from promptevo.errors import PromptevoError
 from promptevo.fileio import write_json_atomic
+from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS
 from promptevo.segments import Edit, PromptSet, check_name, sanitize_text
 
 LIBRARY_VERSION = 1
@@ -45,7 +46,7 @@ ACCEPTED_OUTCOMES = frozenset({"accepted", "promoted", "not-promoted", "vetoed",
 NEUTRAL_OUTCOMES = frozenset({"accepted", "pending", "error", "skipped", "new", "evaluated"})
 
 
-class SkillLibraryError(ValueError):
+class SkillLibraryError(PromptevoError, ValueError):
     """The skill library file cannot be used; ``str(e)`` is one line meant for the user."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from promptevo.errors import PromptevoError
 from promptevo.llm.errors import LLMConfigError, LLMContextError, LLMError
 from promptevo.llm.tokens import count_tokens
 from promptevo.resources import prompts_dir
@@ -30,7 +31,7 @@ def template_dir() -> Path:
 # -- shared helpers (also used by the mutator) -----------------------------------------------------
 
 
-class TemplateError(ValueError):
+class TemplateError(PromptevoError, ValueError):
     """An optimizer template file is missing or malformed."""
 
 

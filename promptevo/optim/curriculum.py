@@ -34,7 +34,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from promptevo.envs.mapf.engineer import DEFAULT_BOUNDS, Bounds, propose_config
 from promptevo.envs.mapf.failures import KNOBS, config_knobs, failure_report
 from promptevo.envs.mapf.family import mapf_config, params_for
 from promptevo.envs.mapf.generator import MAPFConfig, MAPFConfigError, make_mapf_config
@@ -42,6 +41,7 @@ from promptevo.evaluation.statistics import summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
 from promptevo.fileio import write_json_atomic, write_text_atomic
 from promptevo.optim.config import OptimizeConfig
+from promptevo.optim.propose.engineer import DEFAULT_BOUNDS, Bounds, propose_config
 from promptevo.optim.state import CHECKPOINT, RunError, load_checkpoint, record_of
 from promptevo.segments import PromptFormatError, PromptSet
 from promptevo.tasks import TaskConfig, TaskError, load_task
