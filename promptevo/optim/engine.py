@@ -33,27 +33,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
 from promptevo.evaluation.statistics import paired_test, summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
 from promptevo.fileio import read_json, write_json_atomic
 from promptevo.optim.adapter import Adapter, ProposalContext, describe
 from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig
 from promptevo.optim.events import Emitter
+from promptevo.optim.reflect.ablation import counterfactual_ablation
 from promptevo.optim.selection import accept, gate_alpha, promote, prune_keep, race_check, race_schedule
 from promptevo.optim.state import (
     CHECKPOINT,
-    RunStopped,
     Candidate,
     GenerationRecord,
     RunError,
     RunState,
+    RunStopped,
     load_checkpoint,
     record_of,
     save_checkpoint,
 )
+from promptevo.optim.stopping import Progress, budgets, convergence, first_reason, raised, stopped_by_condition
 from promptevo.segments import PromptSet
 
 UsageFn = Callable[[], dict]
+#: the agent whose test-split row is the random floor of every report
+FLOOR_AGENT = "random"
 
 
 class InfraFailure(RuntimeError):
@@ -130,35 +135,24 @@ class Engine:
                 self.state.warnings.append(msg)
         self.emit("warning", message=msg)
 
+    def progress(self) -> Progress:
+        """What the run has spent and decided so far (what the stop conditions read)."""
+        u, st = self.usage(), self.state
+        done = [g for g in sorted(st.generations, key=lambda r: r.index) if g.done]
+        best_v = summarize_records(st.best.validation)["success_rate"] if st.best.validation else None
+        return Progress(calls=u["calls"], tokens=u["tokens"], cost=u["cost"], episodes=self.episodes_total,
+                        wall_s=self.wall_s, promoted=[bool((g.gate or {}).get("promoted")) for g in done],
+                        best_validation=best_v)
+
     def budget_exceeded(self) -> str | None:
-        c, u = self.cfg, self.usage()
-        if c.budget_llm_calls is not None and u["calls"] >= c.budget_llm_calls:
-            return f"LLM-call budget reached ({u['calls']} >= {c.budget_llm_calls})"
-        if c.budget_tokens is not None and u["tokens"] >= c.budget_tokens:
-            return f"token budget reached ({u['tokens']} >= {c.budget_tokens})"
-        if c.budget_dollars is not None and u["cost"] >= c.budget_dollars:
-            return f"dollar budget reached (${u['cost']:.4f} >= ${c.budget_dollars})"
-        total = self.episodes_total
-        if c.budget_episodes is not None and total >= c.budget_episodes:
-            return f"episode budget reached ({total} >= {c.budget_episodes})"
-        if c.max_hours is not None and self.wall_s >= c.max_hours * 3600:
-            return f"time limit reached ({self.wall_s / 3600:.2f} h >= {c.max_hours:g} h)"
-        return None
+        """The budget that stops the run now (checked between any two steps), or None."""
+        conds = budgets(self.cfg)
+        return first_reason(conds, self.progress()) if conds else None
 
     def converged(self) -> str | None:
-        """A stop condition checked between generations: no promotion in ``patience`` generations in a
-        row, or the best prompts' validation success at ``target_success``."""
-        c, st = self.cfg, self.state
-        if c.patience is not None:
-            done = [g for g in sorted(st.generations, key=lambda r: r.index) if g.done]
-            tail = done[-c.patience:]
-            if len(tail) == c.patience and not any((g.gate or {}).get("promoted") for g in tail):
-                return f"no improvement in {c.patience} generation(s)"
-        if c.target_success is not None and st.best.validation:
-            rate = summarize_records(st.best.validation)["success_rate"]
-            if rate >= c.target_success:
-                return f"target reached (validation success {rate:.0%} >= {c.target_success:.0%})"
-        return None
+        """The convergence condition (patience, target) that stops the run before the next generation."""
+        conds = convergence(self.cfg)
+        return first_reason(conds, self.progress()) if conds else None
 
     # -- seeds --------------------------------------------------------------------------------------
     def _train_order(self) -> list[int]:
@@ -291,10 +285,11 @@ class Engine:
             state.config = self.cfg
             self.state = state
             done = sum(1 for g in state.generations if g.done)
-            budget_stop = state.stop_reason.startswith(("LLM-call", "token", "dollar", "episode", "time limit",
-                                                        "no improvement", "target reached"))
+            budget_stop = stopped_by_condition(state.stop_reason)
+            then = Progress(calls=state.usage["calls"], tokens=state.usage["tokens"], cost=state.usage["cost"],
+                            episodes=state.episodes_run, wall_s=state.wall_s)
             if state.phase != "optimize" and done < self.cfg.generations and (
-                    not budget_stop or self.budget_raised(state)):
+                    not budget_stop or raised(self.cfg, state.stop_reason, then)):
                 state.phase = "optimize"
                 state.warnings.append(
                     f"warning: the test split was reported after generation {done}; this run then went on to "
@@ -324,21 +319,6 @@ class Engine:
             for tmp in self.run_dir.glob("*.tmp"):  # half-written files of a killed process
                 tmp.unlink(missing_ok=True)
         self.checkpoint()
-
-    def budget_raised(self, state: RunState) -> bool:
-        """True when a resumed run that had stopped on a budget now has more of that budget."""
-        c, u = self.cfg, state.usage
-        reason = state.stop_reason
-        return ((reason.startswith("LLM-call") and c.budget_llm_calls is not None and u["calls"] < c.budget_llm_calls)
-                or (reason.startswith("token") and c.budget_tokens is not None and u["tokens"] < c.budget_tokens)
-                or (reason.startswith("dollar") and c.budget_dollars is not None and u["cost"] < c.budget_dollars)
-                or (reason.startswith("episode") and c.budget_episodes is not None
-                    and state.episodes_run < c.budget_episodes)
-                or (reason.startswith("time limit") and (c.max_hours is None or state.wall_s < c.max_hours * 3600))
-                or (reason.startswith("no improvement") and (c.patience is None
-                                                             or f"in {c.patience} generation" not in reason))
-                or (reason.startswith("target reached") and (c.target_success is None
-                                                             or f">= {c.target_success:.0%}" not in reason)))
 
     # -- one generation -----------------------------------------------------------------------------
     def new_generation(self, g: int) -> GenerationRecord:
@@ -624,6 +604,7 @@ class Engine:
             self.checkpoint()
         elif st.stop_reason.startswith("stopped: "):  # resumed after an LLM outage in the final phase
             st.stop_reason = st.final.get("optimization_stop", f"completed {cfg.generations} generations")
+        self.final_phase()
         report = self.finish(self) if self.finish is not None else {}
         st.phase = "done"
         self.checkpoint()
@@ -631,6 +612,46 @@ class Engine:
         best = st.best
         return RunResult(self.run_dir, best.id, best.prompt_set(), report, st.stop_reason,
                          list(st.candidates.values()))
+
+    def final_phase(self) -> None:
+        """The run's last phase, all played here and recorded in the state (the report only renders it):
+        the test split once for the random floor, the baseline agent, the initial and the best prompts;
+        with ``ablate_best`` the best prompts' segment ablation on validation seeds; the behaviour
+        signatures of initial and best on the test seeds."""
+        st, cfg = self.state, self.cfg
+        ts = self.test_seeds() if cfg.final_test else []
+        if cfg.final_test and "floor" not in st.final:
+            self.emit("phase", generation=None, text=f"test: random floor on {len(ts)} seeds")
+            eps = self.play(f"floor:{FLOOR_AGENT}", None, ts, "test", agent=FLOOR_AGENT)
+            st.final["floor"] = {str(s): record_of(e, self.adapter.score(e)) for s, e in eps.items()}
+        if cfg.final_test:
+            self.final_evaluation(cfg.baseline)
+        if cfg.ablate_best and not st.final.get("ablated"):
+            self.ablate_best()
+            st.final["ablated"] = True
+        sigs = {}
+        for who, c in (("initial", st.initial), ("best", st.best)):
+            eps = [e for s in ts if (e := self.store.get(c.fingerprint, s)) is not None]
+            sigs[who] = signatures_to_dict(summarize_signatures(eps, family=getattr(self.task, "family", None)))
+        st.final["signatures"] = sigs
+        self.checkpoint()
+
+    def ablate_best(self) -> list[dict]:
+        """``--ablate``: each segment of the best prompts measured by playing the validation seeds without it
+        (counterfactual ablation); written to ``ablation.json``, which the report shows."""
+        best, vs = self.state.best, self.validation_seeds()
+        self.emit("phase", generation=None, text=f"ablation of {best.id} on {len(vs)} validation seeds")
+
+        def run(ps: PromptSet, seeds: list[int]) -> list[dict]:
+            eps = self.play(ps.fingerprint(), ps, seeds, "validation")
+            return [eps[s] for s in seeds if s in eps]
+
+        rows = counterfactual_ablation(best.prompt_set(), vs, run)
+        write_json_atomic(self.run_dir / "ablation.json", {"candidate": best.id, "seeds": vs, "rows": rows})
+        for r in rows:
+            self.emit("note", generation=None, message=f"ablation {r['module']}.{r['segment']}: success "
+                      f"{r['delta_success']:+.2f}, score {r['delta_return']:+.3f} (n={r['n']})")
+        return rows
 
     def final_evaluation(self, baseline: str | None) -> None:
         """Play the test seeds once: baseline agent, initial prompts, best prompts."""
@@ -656,4 +677,4 @@ def test_comparison(a: dict[str, dict], b: dict[str, dict]) -> dict:
     return paired_test(sb, sa, test="sign", alternative="two-sided").to_dict()
 
 
-__all__ = ["Engine", "RunResult", "RunError", "test_comparison"]
+__all__ = ["FLOOR_AGENT", "Engine", "RunResult", "RunError", "test_comparison"]

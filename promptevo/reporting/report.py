@@ -15,11 +15,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
 from promptevo.evaluation.statistics import paired_test, summarize_records
 from promptevo.fileio import read_json, write_json_atomic, write_text_atomic
 from promptevo.optim.propose.pruner import prompt_tokens
-from promptevo.reporting.html import write_html
 from promptevo.optim.state import (
     CHECKPOINT,
     Candidate,
@@ -31,6 +29,7 @@ from promptevo.optim.state import (
     resolve_run_dir,
     segment_authors,
 )
+from promptevo.reporting.html import write_html
 from promptevo.segments import PromptSet
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-FLOOR_AGENT = "random"
 ACCEPTED = ("accepted", "promoted", "not-promoted", "vetoed")
 
 
@@ -166,7 +164,7 @@ def _row(name: str, records: dict, candidate: Candidate | None = None) -> dict:
 
 
 def build_report(engine: "Engine") -> dict:
-    from promptevo.optim.engine import test_comparison
+    from promptevo.optim.engine import FLOOR_AGENT, test_comparison
 
     st, cfg = engine.state, engine.cfg
     init, best = st.initial, st.best
@@ -350,26 +348,9 @@ def rebuild_report(run_dir: Path) -> dict | None:
 
 
 def finish_run(engine: "Engine") -> dict:
-    """The engine's final step: test evaluation (floor, baseline, initial, best), then the report files."""
-    st, cfg = engine.state, engine.cfg
-    ts = engine.test_seeds() if cfg.final_test else []
-    if cfg.final_test and "floor" not in st.final:
-        engine.emit("phase", generation=None, text=f"test: random floor on {len(ts)} seeds")
-        eps = engine.play(f"floor:{FLOOR_AGENT}", None, ts, "test", agent=FLOOR_AGENT)
-        st.final["floor"] = {str(s): record_of(e, engine.adapter.score(e)) for s, e in eps.items()}
-    if cfg.final_test:
-        engine.final_evaluation(cfg.baseline)
-    if cfg.ablate_best and not st.final.get("ablated"):
-        from promptevo.reporting.ablation import ablate_best
-
-        ablate_best(engine)
-        st.final["ablated"] = True
-    sigs = {}
-    for who, c in (("initial", st.initial), ("best", st.best)):
-        eps = [e for s in ts if (e := engine.store.get(c.fingerprint, s)) is not None]
-        sigs[who] = signatures_to_dict(summarize_signatures(eps, family=engine.task.family))
-    st.final["signatures"] = sigs
-    engine.checkpoint()
+    """The engine's last step after it played its final phase (:meth:`Engine.final_phase`): render what it
+    recorded into ``report.json``, ``report.md``, ``best.md``/``best.json`` and ``report.html``."""
+    st = engine.state
     report = build_report(engine)
     write_report(engine.run_dir, report, st)
     engine.emit("final", table=markdown_table(report), report=report)
