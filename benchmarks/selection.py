@@ -7,8 +7,18 @@ many times with a simulated adapter - a test double, no LLM and no game - and pr
     (every generation proposes ``children`` edits without effect);
 (b) the power: runs in which a child that truly adds +20 points of success (proposed in generation 1,
     beside null children) ends as the best prompt;
-(c) racing: training episodes played with and without racing, at those same rates, in the two scenarios
-    above and in a third where one child per generation is harmful (-20 points), as LLM edits often are.
+(c) the power for a +10-point edit;
+(d) episodes per run (training + validation; the test split is the same for every procedure), mean and
+    90th percentile, in the scenarios above and in one where one child per generation is harmful (-20
+    points), as LLM edits often are.
+
+Three procedures on the same simulated runs (same seeds, same outcomes):
+
+* ``fixed-n``: every child on all its acceptance seeds, the validation gate on all validation seeds;
+* ``racing``: children raced on growing batches, the gate on all validation seeds (the default until
+  the sequential gate);
+* ``sequential``: racing, and the validation gate in looks at 25/50/75/100% of the seeds with
+  O'Brien-Fleming-type alpha spending and futility stops (``--gate sequential``, the default now).
 
 The episode model (stated, because the figures depend on it): seed s has a difficulty u_s ~ U(0,1); a
 prompt with success rate q succeeds on s when u_s < q (the same seeds are hard for every prompt), except
@@ -17,7 +27,7 @@ Bernoulli(q) draw instead (prompt-specific idiosyncrasy). The parent's rate is `
 ``--noise 1`` is the hardest case: independent outcomes, no pairing benefit.
 
 Usage: ``python benchmarks/selection.py [--runs 500] [--noise 0.5] [--base 0.3] [--jobs 2]``
-(about 2 minutes with 2 processes). Writes benchmarks/selection.json.
+Writes benchmarks/selection.json.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ class SimulatedAdapter:
 
     def __init__(self, run_seed: int, noise: float, kind: str):
         self.run_seed, self.noise, self.kind = run_seed, noise, kind
+        self.effect = {"power": 0.2, "power10": 0.1}.get(kind, 0.0)
         self.episodes = 0
 
     def evaluate(self, prompts, seeds, *, agent=None, on_episode=None):
@@ -96,8 +107,8 @@ class SimulatedAdapter:
         props = []
         for i in range(ctx.n):
             effect = 0.0
-            if i == 0 and self.kind == "power" and ctx.generation == 1:
-                effect = 0.2
+            if i == 0 and self.effect and ctx.generation == 1:
+                effect = self.effect
             elif i == 0 and self.kind == "harmful":
                 effect = -0.2
             rate = min(1.0, max(0.0, q + effect))
@@ -107,10 +118,14 @@ class SimulatedAdapter:
         return ProposalBatch(props)
 
 
+PROCEDURES = {"fixed-n": {"race": False, "gate": "fixed"}, "racing": {"race": True, "gate": "fixed"},
+              "sequential": {"race": True, "gate": "sequential"}}
+
+
 def one_run(args: tuple) -> dict:
-    run_seed, kind, race, noise, base, overrides, root = args
-    cfg = OptimizeConfig(task="sim", generations=overrides.get("generations", 5), race=race,
-                         results_dir=root, run=f"{kind}-{int(race)}-{run_seed}", baseline=None,
+    run_seed, kind, proc, noise, base, overrides, root = args
+    cfg = OptimizeConfig(task="sim", generations=overrides.get("generations", 4),
+                         results_dir=root, run=f"{kind}-{proc}-{run_seed}", baseline=None, **PROCEDURES[proc],
                          **{k: v for k, v in overrides.items() if k != "generations"})
     task = TaskConfig(name="sim", family="babyai", env={"goal": "goto"}, train_seeds=SeedRange(start=0, count=5000),
                       validation_seeds=SeedRange(start=50000, count=1000), test_seeds=SeedRange(start=100000, count=1000))
@@ -123,7 +138,7 @@ def one_run(args: tuple) -> dict:
     train_eps = sum(len(c.train) for c in st.candidates.values())
     best_rate = rate_of(st.best.prompt_set())
     shutil.rmtree(eng.run_dir, ignore_errors=True)
-    return {"seed": run_seed, "kind": kind, "race": race, "promoted": len(promoted),
+    return {"seed": run_seed, "kind": kind, "proc": proc, "promoted": len(promoted),
             "found": best_rate > base + 1e-9, "train_episodes": train_eps,
             "validation_episodes": sum(len(c.validation) for c in st.candidates.values()),
             "saved": sum(g.episodes_saved for g in st.generations), "stop": res.stop_reason}
@@ -141,50 +156,50 @@ def main(argv: list[str] | None = None) -> dict:
     defaults = OptimizeConfig(task="sim")
     overrides: dict[str, Any] = {}
     t0 = time.time()
-    jobs = [(s, kind, race, ns.noise, ns.base, overrides, root)
-            for kind in ("null", "power", "harmful") for race in (True, False) for s in range(ns.runs)]
+    jobs = [(s, kind, proc, ns.noise, ns.base, overrides, root)
+            for kind in ("null", "power", "power10", "harmful") for proc in PROCEDURES for s in range(ns.runs)]
     with ProcessPoolExecutor(max_workers=ns.jobs) as ex:
         rows = list(ex.map(one_run, jobs, chunksize=20))
     shutil.rmtree(root, ignore_errors=True)
     summary: dict[str, Any] = {
-        "runs_per_cell": ns.runs, "noise": ns.noise, "base_rate": ns.base, "true_effect": 0.2,
+        "runs_per_cell": ns.runs, "noise": ns.noise, "base_rate": ns.base, "true_effects": [0.2, 0.1],
         "defaults": {k: getattr(defaults, k) for k in ("generations", "children", "episodes", "validation_episodes",
                                                        "accept_rule", "accept_margin", "promote_rule", "alpha",
                                                        "correction", "race_alpha")},
         "wall_s": round(time.time() - t0, 1), "cells": {},
     }
-    for race in (True, False):
-        null = [r for r in rows if r["kind"] == "null" and r["race"] == race]
-        power = [r for r in rows if r["kind"] == "power" and r["race"] == race]
-        harmful = [r for r in rows if r["kind"] == "harmful" and r["race"] == race]
 
-        def mean(rs: list[dict], k: str) -> float:
-            return sum(r[k] for r in rs) / len(rs)
+    def p90(xs: list[float]) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(0.9 * len(xs)))]
 
-        summary["cells"]["racing" if race else "full"] = {
-            "false_promotion_rate": sum(r["promoted"] > 0 for r in null) / len(null),
-            "false_promotion_rate_harmful": sum(r["promoted"] > 0 for r in harmful) / len(harmful),
-            "power": sum(r["found"] for r in power) / len(power),
-            "mean_train_episodes": {"null": mean(null, "train_episodes"), "power": mean(power, "train_episodes"),
-                                    "harmful": mean(harmful, "train_episodes")},
-            "mean_validation_episodes": mean(null + power + harmful, "validation_episodes"),
+    for proc in PROCEDURES:
+        by = {k: [r for r in rows if r["kind"] == k and r["proc"] == proc] for k in ("null", "power", "power10", "harmful")}
+        eps = {k: [r["train_episodes"] + r["validation_episodes"] for r in rs] for k, rs in by.items()}
+        summary["cells"][proc] = {
+            "false_promotion_rate": sum(r["promoted"] > 0 for r in by["null"]) / len(by["null"]),
+            "false_promotion_rate_harmful": sum(r["promoted"] > 0 for r in by["harmful"]) / len(by["harmful"]),
+            "power_20": sum(r["found"] for r in by["power"]) / len(by["power"]),
+            "power_10": sum(r["found"] for r in by["power10"]) / len(by["power10"]),
+            "mean_episodes": {k: sum(v) / len(v) for k, v in eps.items()},
+            "p90_episodes": {k: p90(v) for k, v in eps.items()},
         }
-    r, f = summary["cells"]["racing"], summary["cells"]["full"]
-    saved = {k: 1 - r["mean_train_episodes"][k] / f["mean_train_episodes"][k] for k in r["mean_train_episodes"]}
-    summary["racing_saves_training_episodes"] = saved
+    base_cells = summary["cells"]["racing"]
+    for proc, c in summary["cells"].items():
+        c["episodes_vs_racing"] = {k: 1 - c["mean_episodes"][k] / base_cells["mean_episodes"][k]
+                                   for k in c["mean_episodes"]}
     Path(ns.out).write_text(json.dumps(summary, indent=2) + "\n")
     a = summary["defaults"]["alpha"]
-    print(f"{ns.runs} simulated runs per cell, default settings {summary['defaults']}")
-    print(f"episode model: base success {ns.base}, prompt-specific noise {ns.noise}; true edit +0.20")
+    print(f"{ns.runs} simulated runs per cell, settings {summary['defaults']}")
+    print(f"episode model: base success {ns.base}, prompt-specific noise {ns.noise}; true edits +0.20 and +0.10")
     for name, c in summary["cells"].items():
-        te = c["mean_train_episodes"]
-        print(f"{name:>7}: false-promotion rate {c['false_promotion_rate']:.3f} (alpha {a}: "
-              f"{'OK' if c['false_promotion_rate'] <= a else 'ABOVE ALPHA'}; with harmful edits "
-              f"{c['false_promotion_rate_harmful']:.3f}) | power {c['power']:.3f} "
-              f"({'OK' if c['power'] >= 0.8 else 'BELOW 0.8'}) | training episodes per run: null {te['null']:.0f}, "
-              f"power {te['power']:.0f}, harmful {te['harmful']:.0f}")
-    print("racing plays fewer training episodes than full evaluation: " + ", ".join(
-        f"{k} {v:.1%}" for k, v in saved.items()) + f" ({summary['wall_s']:.0f} s)")
+        me, pe, sv = c["mean_episodes"], c["p90_episodes"], c["episodes_vs_racing"]
+        print(f"{name:>10}: false promotion {c['false_promotion_rate']:.3f} (alpha {a}: "
+              f"{'OK' if c['false_promotion_rate'] <= a else 'ABOVE ALPHA'}; harmful {c['false_promotion_rate_harmful']:.3f})"
+              f" | power +20 {c['power_20']:.3f}, +10 {c['power_10']:.3f} | episodes per run mean (p90): "
+              + ", ".join(f"{k} {me[k]:.0f} ({pe[k]:.0f})" for k in me)
+              + " | vs racing: " + ", ".join(f"{k} {v:+.1%}" for k, v in sv.items()))
+    print(f"({summary['wall_s']:.0f} s)")
     return summary
 
 

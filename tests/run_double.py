@@ -27,7 +27,7 @@ __all__ = ["RULE", "TASK", "make_run"]
 def make_run(results_dir: str | Path, run: str = "r1", generations: int = 2, **settings: Any) -> Any:
     """Run :func:`promptevo.optimize` with the doubles; returns its :class:`RunResult`."""
     agw, ogw = gateways()
-    kw: dict[str, Any] = {"episodes": 8, "validation_episodes": 20, "test_episodes": 20, "children": 2}
+    kw: dict[str, Any] = {"episodes": 8, "validation_episodes": 20, "test_episodes": 20, "children": 2, "gate": "fixed"}
     kw.update(settings)
     with ScriptedLLM.install(responder):
         return promptevo.optimize(task=TASK, generations=generations, results_dir=str(results_dir), run=run,

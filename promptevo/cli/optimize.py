@@ -57,6 +57,8 @@ def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
     a("--accept-margin", type=float, help="mean paired training difference needed (default 0)")
     a("--promote-rule", choices=["sign", "wilcoxon", "bootstrap", "margin"],
       help="paired test of the validation gate (default sign)")
+    a("--gate", choices=["sequential", "fixed"], help="validation gate: sequential (default: looks at 25/50/75/100%% "
+      "of the validation seeds with alpha spending, stops early in either direction) or fixed (every seed, one test)")
     a("--promote-margin", type=float, help="with --promote-rule margin: validation mean difference needed")
     a("--alpha", type=float, help="run-wide level of the promotion tests (default 0.05)")
     a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")

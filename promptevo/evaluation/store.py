@@ -104,6 +104,12 @@ class EpisodeStore:
         with self._lock:
             return list(self._order[line:])
 
+    def error(self, key: str, seed: int) -> str | None:
+        """The error of the episode recorded for (key, seed), if it ended on one."""
+        with self._lock:
+            ep = self._data.get((key, int(seed)))
+        return ep.get("error") if ep is not None else None
+
     def has(self, key: str, seed: int) -> bool:
         """True when any record (finished or errored) exists for (key, seed)."""
         with self._lock:

@@ -75,6 +75,10 @@ class OptimizeConfig(BaseModel):
     accept_margin: float = Field(default=0.0, allow_inf_nan=False,
                                  description="mean paired training difference needed")
     promote_rule: PromoteRule = "sign"
+    gate: Literal["sequential", "fixed"] = Field(default="sequential", description="validation gate: sequential "
+                                                 "(looks at 25/50/75/100% of the seeds, O'Brien-Fleming-type alpha "
+                                                 "spending, stops as soon as the evidence decides) or fixed (all "
+                                                 "seeds, one test)")
     promote_margin: float = Field(default=0.0, allow_inf_nan=False,
                                   description="with promote_rule margin: mean validation difference")
     alpha: float = Field(default=0.05, gt=0, lt=1, description="run-wide level of the promotion tests")

@@ -34,14 +34,24 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
-from promptevo.evaluation.statistics import paired_test, summarize_records
+from promptevo.evaluation.statistics import summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
 from promptevo.fileio import read_json, write_json_atomic
 from promptevo.optim.adapter import Adapter, ProposalContext, describe
 from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig
 from promptevo.optim.events import Emitter
 from promptevo.optim.reflect.ablation import counterfactual_ablation
-from promptevo.optim.selection import accept, gate_alpha, promote, prune_keep, race_check, race_schedule
+from promptevo.optim.selection import (
+    accept,
+    gate_alpha,
+    look_levels,
+    look_sizes,
+    promote,
+    prune_keep,
+    race_check,
+    race_schedule,
+    sequential_gate,
+)
 from promptevo.optim.state import (
     CHECKPOINT,
     Candidate,
@@ -66,7 +76,7 @@ class InfraFailure(RuntimeError):
 
 
 @dataclass
-class RunResult:
+class RunResult:  # what optimize() returns
     run_dir: Path
     best_id: str
     best_prompts: PromptSet
@@ -224,10 +234,10 @@ class Engine:
                 break
         lost = [int(s) for s in seeds if int(s) not in out]
         if lost:
-            errs = {str((self._last_error(key, s) or "")).split(":")[0] for s in lost}
-            outage = [x for x in lost if not str(self._last_error(key, x) or "").startswith("LLMBudgetError")]
+            errs = {str((self.store.error(key, s) or "")).split(":")[0] for s in lost}
+            outage = [x for x in lost if not str(self.store.error(key, x) or "").startswith("LLMBudgetError")]
             if len(outage) > self.cfg.failure_share * len(seeds):  # a spent call budget is a budget stop, not this
-                first = str(self._last_error(key, outage[0]) or "no error recorded")
+                first = str(self.store.error(key, outage[0]) or "no error recorded")
                 raise InfraFailure(f"{len(outage)} of {len(seeds)} episodes of {key[:12]} on {split} seeds could not be "
                                    f"played: the LLM failed ({' '.join(first.split())[:160]})")
             self.warn(f"{len(lost)} episode(s) of {key[:12]} on {split} seeds ended on LLM errors twice "
@@ -235,24 +245,15 @@ class Engine:
         return out
 
     def check_parsing(self, episodes: Any) -> None:
-        """The initial prompts must give replies the agent can parse: a warning when most steps could not
-        be parsed, a stop (RunError, before any more is spent) when none could."""
+        """The initial prompts' replies must parse: a warning when most steps did not, a stop when none did."""
         eps = list(episodes)
-        steps = sum(int(e.get("steps") or 0) for e in eps)
-        bad = sum(int(e.get("parse_failures") or 0) for e in eps)
-        if not steps or bad * 2 <= steps:
-            return
-        msg = (f"the initial prompts' replies could not be parsed in {bad} of {steps} steps: check their answer "
-               "format (the agent falls back to its default action)")
-        if bad >= steps and len(eps) >= 2:
-            raise RunError(msg)
-        self.warn(f"warning: {msg}")
-
-    def _last_error(self, key: str, seed: int) -> str | None:
-        for k, s, d in self.store.items(key):
-            if s == seed:
-                return d.get("error")
-        return None
+        steps, bad = sum(int(e.get("steps") or 0) for e in eps), sum(int(e.get("parse_failures") or 0) for e in eps)
+        if steps and bad * 2 > steps:
+            msg = (f"the initial prompts' replies could not be parsed in {bad} of {steps} steps: check their answer "
+                   "format (the agent falls back to its default action)")
+            if bad >= steps and len(eps) >= 2:
+                raise RunError(msg)
+            self.warn(f"warning: {msg}")
 
     def eval_candidate(self, cand: Candidate, split: str, seeds: Sequence[int]) -> None:
         eps = self.play(cand.fingerprint, cand.prompt_set(), seeds, split)
@@ -526,10 +527,16 @@ class Engine:
         best, vs = st.best, self.validation_seeds()
         level = gate_alpha(cfg.alpha, cfg.generations, cfg.correction)
         self.emit("phase", generation=g, text=f"validation gate: {top.id} vs {best.id} on {len(vs)} seeds")
-        self.eval_candidate(best, "validation", vs)
-        self.eval_candidate(top, "validation", vs)
+        looks: dict = {}
+        if cfg.gate == "sequential" and top.operator != "prune" and cfg.promote_rule in ("sign", "wilcoxon"):
+            verdict, looks = self.sequential_gate(top, best, vs, level)
+        else:
+            self.eval_candidate(best, "validation", vs)
+            self.eval_candidate(top, "validation", vs)
         child_v, best_v = top.scores("validation", vs), best.scores("validation", vs)
-        if top.operator == "prune":
+        if looks:
+            pass  # decided by the sequential gate
+        elif top.operator == "prune":
             init, peak = st.initial, self.peak()
             self.eval_candidate(init, "validation", vs)
             refs = {"initial": init.scores("validation", vs), "peak": peak.scores("validation", vs)}
@@ -538,7 +545,9 @@ class Engine:
                                  alpha=level)
         else:
             verdict = promote(child_v, best_v, rule=cfg.promote_rule, alpha=level, margin=cfg.promote_margin)
-        gate = verdict.to_dict()
+        gate = {**verdict.to_dict(), **looks}
+        if looks:  # the run-wide level of this gate; the look's nominal level beside it
+            gate.update(alpha=level, look_alpha=verdict.alpha)
         ok = verdict.accepted
         validity = None
         if cfg.backtest and self.validity_hook is not None:
@@ -559,6 +568,23 @@ class Engine:
                 st.best_id = top.id
         self.emit("gate", generation=g, id=top.id, against=best.id, promoted=ok, reason=gate["reason"],
                   child=_rate(top, "validation"), best=_rate(best, "validation"))
+
+    def sequential_gate(self, top: Candidate, best: Candidate, vs: list[int], level: float) -> tuple[Any, dict]:
+        """The validation gate in looks (:func:`~promptevo.optim.selection.sequential_gate`): both are played
+        on a growing prefix of the validation seeds, and the gate stops as soon as the evidence decides."""
+        sizes = look_sizes(len(vs))
+        levels = look_levels(level, [n / len(vs) for n in sizes])
+        for k, n in enumerate(sizes):
+            part = vs[:n]
+            self.eval_candidate(best, "validation", part)
+            self.eval_candidate(top, "validation", part)
+            decision, verdict = sequential_gate(top.scores("validation", part), best.scores("validation", part), vs, k,
+                                                levels=levels, rule=self.cfg.promote_rule,
+                                                max_score=self.adapter.max_score)
+            if decision != "continue":
+                break
+        return verdict, {"sequential": True, "looks": k + 1, "of_looks": len(sizes), "seeds_played": n,
+                         "look_levels": [round(x, 6) for x in levels]}
 
     def peak(self) -> Candidate:
         """The candidate with the highest validation success among those played on the validation seeds."""
@@ -637,8 +663,7 @@ class Engine:
         self.checkpoint()
 
     def ablate_best(self) -> list[dict]:
-        """``--ablate``: each segment of the best prompts measured by playing the validation seeds without it
-        (counterfactual ablation); written to ``ablation.json``, which the report shows."""
+        """``--ablate``: each segment of the best prompts measured without it on the validation seeds."""
         best, vs = self.state.best, self.validation_seeds()
         self.emit("phase", generation=None, text=f"ablation of {best.id} on {len(vs)} validation seeds")
 
@@ -670,11 +695,4 @@ class Engine:
             self.checkpoint()
 
 
-def test_comparison(a: dict[str, dict], b: dict[str, dict]) -> dict:
-    """Paired comparison of two test-split record sets (success): the exact sign (McNemar) test, two-sided."""
-    sa = {int(s): float(bool(r.get("success"))) for s, r in a.items()}
-    sb = {int(s): float(bool(r.get("success"))) for s, r in b.items()}
-    return paired_test(sb, sa, test="sign", alternative="two-sided").to_dict()
-
-
-__all__ = ["FLOOR_AGENT", "Engine", "RunResult", "RunError", "test_comparison"]
+__all__ = ["FLOOR_AGENT", "Engine", "RunResult", "RunError"]

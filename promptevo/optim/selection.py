@@ -9,6 +9,9 @@
   (futility: exact, it never changes a decision) or when it is significantly worse than its parent
   (the one-sided sign test at ``race_alpha``: the upper confidence bound of its paired difference is
   below 0);
+* :func:`sequential_gate` - the validation gate in looks at fixed fractions of the validation seeds, with
+  O'Brien-Fleming-type alpha spending (:func:`look_levels`, the union bound keeps the false-promotion
+  rate at most alpha under this optional stopping) and non-binding futility stops;
 * :func:`prune_keep` - scaffold pruning: a shorter prompt is kept when it is not significantly worse than
   the current best, the best prompt seen (the peak) and the initial prompt, so success cannot ratchet
   down over repeated prunes.
@@ -16,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
@@ -143,3 +147,90 @@ def prune_keep(child: Scores, best: Scores, *, references: Mapping[str, Scores],
 def max_score_of(fitness: str) -> float | None:
     """The largest per-episode score of a fitness (None when unbounded, as returns can be)."""
     return 1.0 if fitness in ("success", "progress", "progression") else None
+
+
+# -- a sequential validation gate ---------------------------------------------------------------------
+#: fractions of the validation seeds at which the sequential gate looks (fixed in advance)
+GATE_LOOKS = (0.25, 0.5, 0.75, 1.0)
+
+
+def spent_alpha(alpha: float, t: float) -> float:
+    """Lan-DeMets O'Brien-Fleming-type alpha spending: the share of ``alpha`` spent by information time
+    ``t`` in (0, 1] (``2 - 2 Phi(z_{1-alpha/2} / sqrt(t))``; all of it at t = 1, very little early)."""
+    from scipy.stats import norm
+
+    if t >= 1.0:
+        return alpha
+    return float(2.0 - 2.0 * norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t)))
+
+
+def look_levels(alpha: float, looks: Sequence[float] = GATE_LOOKS) -> list[float]:
+    return list(_look_levels(float(alpha), tuple(float(t) for t in looks)))
+
+
+@functools.lru_cache(maxsize=256)
+def _look_levels(alpha: float, looks: tuple[float, ...]) -> tuple[float, ...]:
+    """The nominal one-sided level of each look: group-sequential boundaries for the O'Brien-Fleming-type
+    spending of :func:`spent_alpha`, computed for the normal approximation of the test statistic (looks
+    at information times ``t_j`` are correlated as ``sqrt(t_i / t_j)``), so that the chance of crossing
+    any boundary under no effect is ``alpha`` in all. ``benchmarks/selection.py`` measures the resulting
+    false-promotion rate of the discrete sign test by simulation."""
+    from scipy.optimize import brentq
+    from scipy.stats import multivariate_normal, norm
+
+    ts = list(looks)
+    bounds: list[float] = []
+    below = 1.0  # P(no boundary crossed so far)
+    for k, t in enumerate(ts):
+        target = spent_alpha(alpha, t) - (spent_alpha(alpha, ts[k - 1]) if k else 0.0)
+        if k == 0:
+            bounds.append(float(norm.ppf(1.0 - max(target, 1e-300))))
+            below = 1.0 - target
+            continue
+        cov = [[math.sqrt(min(ts[i], ts[j]) / max(ts[i], ts[j])) for j in range(k + 1)] for i in range(k + 1)]
+        mvn = multivariate_normal(mean=[0.0] * (k + 1), cov=cov, allow_singular=True)
+
+        def crossing(c: float) -> float:
+            return below - float(mvn.cdf([*bounds, c])) - target
+
+        try:
+            c = brentq(crossing, -1.0, 12.0, xtol=1e-6)
+        except ValueError:  # numerical trouble: the union bound (conservative) for this look
+            c = float(norm.ppf(1.0 - max(target, 1e-300)))
+        bounds.append(c)
+        below -= target
+    return tuple(float(1.0 - norm.cdf(c)) for c in bounds)
+
+
+def look_sizes(n: int, looks: Sequence[float] = GATE_LOOKS) -> list[int]:
+    """Cumulative validation seeds at each look (distinct, ending with ``n``)."""
+    return sorted({max(1, math.ceil(n * t)) for t in looks} | {n})
+
+
+def sequential_gate(child: Scores, best: Scores, seeds: Sequence[int], look: int, *, levels: Sequence[float],
+                    rule: str = "sign", max_score: float | None = None) -> tuple[str, Verdict]:
+    """The decision at look ``look`` (0-based) of the sequential gate on the seeds played so far:
+    ``("promote" | "reject" | "continue", verdict)``.
+
+    Efficacy: the paired test at this look's level (:func:`look_levels`). Futility (non-binding: it can
+    only lower the false-promotion rate): reject when the child is behind the best (mean difference < 0)
+    from the first look on, not ahead (<= 0) from the second, or when even the best outcome on every seed
+    not yet played could not pass the last look (exact, with a known ``max_score``).
+    """
+    last = look == len(levels) - 1
+    v = promote(child, best, rule=rule, alpha=levels[look])
+    if v.accepted:
+        return "promote", v
+    if last:
+        return "reject", v
+    if v.mean_diff < -_EPS or (look >= 1 and v.mean_diff <= _EPS):
+        return "reject", Verdict(**{**v.to_dict(), "reason": f"futility at look {look + 1}: mean difference "
+                                                              f"{v.mean_diff:+.3f} ({v.reason})"})
+    remaining = [s for s in seeds if s not in child and s in best]
+    if max_score is not None and remaining:
+        best_case = dict(child)
+        best_case.update({s: max(float(max_score), float(best[s])) for s in remaining})
+        if not promote(best_case, best, rule=rule, alpha=levels[-1]).accepted:
+            return "reject", Verdict(**{**v.to_dict(), "reason": "futility: cannot pass the last look whatever "
+                                                                  "the remaining seeds give"})
+    return "continue", v

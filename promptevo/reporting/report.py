@@ -25,7 +25,6 @@ from promptevo.optim.state import (
     RunState,
     author_of,
     lineage,
-    record_of,
     resolve_run_dir,
     segment_authors,
 )
@@ -149,6 +148,13 @@ def expert_summary(run_dir: Path, st: RunState) -> list[dict]:
     return out
 
 
+def test_comparison(a: dict[str, dict], b: dict[str, dict]) -> dict:
+    """Paired comparison of two test-split record sets (success): the exact sign (McNemar) test, two-sided."""
+    sa = {int(s): float(bool(r.get("success"))) for s, r in a.items()}
+    sb = {int(s): float(bool(r.get("success"))) for s, r in b.items()}
+    return paired_test(sb, sa, test="sign", alternative="two-sided").to_dict()
+
+
 def progress_comparison(a: dict[str, dict], b: dict[str, dict]) -> dict:
     """Paired Wilcoxon signed-rank test (two-sided) of the test-split progress of ``b`` against ``a``."""
     pa = {int(s): float(r.get("progress", r.get("success", 0.0))) for s, r in a.items()}
@@ -164,7 +170,7 @@ def _row(name: str, records: dict, candidate: Candidate | None = None) -> dict:
 
 
 def build_report(engine: "Engine") -> dict:
-    from promptevo.optim.engine import FLOOR_AGENT, test_comparison
+    from promptevo.optim.engine import FLOOR_AGENT
 
     st, cfg = engine.state, engine.cfg
     init, best = st.initial, st.best
