@@ -12,7 +12,12 @@ import json
 
 import pytest
 
-from promptevo.baselines.compare import CompareConfig, CompareError, Comparison, cli_main, parse_methods
+from promptevo.baselines.compare import (
+    CompareConfig,
+    CompareError,
+    Comparison,
+    parse_methods,
+)
 from promptevo.baselines.gepa import (
     INSTRUCTION_SEGMENT,
     compose_prompts,
@@ -21,6 +26,7 @@ from promptevo.baselines.gepa import (
     optimizable_text,
     seed_texts,
 )
+from promptevo.cli.compare import cli_main
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
 from promptevo.optim.state import load_checkpoint
 from promptevo.segments import PromptSet

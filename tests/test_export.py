@@ -9,8 +9,9 @@ import json
 import pytest
 from run_double import RULE, make_run
 
+from promptevo.cli.export import cli_main
 from promptevo.optim.state import RunError
-from promptevo.reporting.export import cli_main, export_run, load_agent_config
+from promptevo.reporting.export import export_run, load_agent_config
 from promptevo.segments import PromptSet
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from engine_doubles import CountingRunner, config, run
+from engine_doubles import config, run
 
 from promptevo.optim.config import PRESETS, ConfigError, OptimizeConfig, config_toml, load_config_file, validate_config
 from promptevo.optim.plan import describe, make_plan

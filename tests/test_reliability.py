@@ -629,3 +629,26 @@ def test_zz_report_counts(capsys):
         total = sum(FUZZ.values()) + FUZZ["parsers"]
         print(f"\nreliability: faults={_FAULT_LEDGER} fuzz max_examples={FUZZ} total={total}")
     assert sum(FUZZ.values()) >= 1000
+
+
+#: arguments that satisfy each command's required ones, so that the wrong option is the only error
+_REQUIRED = {"compare": ["--task", "goto"], "export": ["some-run"], "report": ["some-run"]}
+
+
+def test_every_command_refuses_a_wrong_option_in_one_line(tmp_path: Path, capfd, monkeypatch):
+    """Every command of the one entry point (typer's and the argparse ones in cli/): an unknown option and
+    a value of the wrong type are one line naming the option, exit code 2, no traceback, nothing written."""
+    from promptevo.cli.app import app
+
+    monkeypatch.chdir(tmp_path)
+    names = sorted(c.name for c in app.registered_commands)
+    assert {"eval", "models", "tasks", "optimize", "curriculum", "compare", "export", "report"} <= set(names)
+    for i, name in enumerate(names):
+        args = (name, *_REQUIRED.get(name, []), "--no-such-option")
+        r = _cli(*args, cwd=tmp_path) if i < 2 else _main(capfd, monkeypatch, *args)
+        _one_line_exit_2(r, "--no-such-option", f"promptevo {name} --help")
+    for name, flag in (("optimize", "--generations"), ("curriculum", "--episodes"), ("compare", "--budget-calls"),
+                       ("eval", "--episodes")):
+        r = _main(capfd, monkeypatch, name, *_REQUIRED.get(name, []), flag, "many")
+        _one_line_exit_2(r, flag)
+    assert list(tmp_path.iterdir()) == [] or not (tmp_path / "results").exists()

@@ -224,7 +224,7 @@ def test_partial_runs_render(tmp_path):
 
 
 def test_load_run_errors_and_cli(full_run, tmp_path, capsys):
-    from promptevo.reporting.report import cli_main
+    from promptevo.cli.report import cli_main
 
     with pytest.raises(RunError, match="no checkpoint.json"):
         load_run(tmp_path)

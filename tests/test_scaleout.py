@@ -194,7 +194,7 @@ def test_ray_interrupt_cancels_and_reraises(ray_session):
 
 
 def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
-    from promptevo.cli.app import run_eval
+    from promptevo.cli.evaluate import run_eval
 
     common = dict(agent="random", tasks=["mapf-single"], episodes=3, model=None, api_base=None, concurrency=2,
                   seeds="train", seed_offset=0, prompts_file=None, init="plain", results_dir=tmp_path,
@@ -214,7 +214,7 @@ def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
 
 
 def test_cli_eval_with_ray_counts_worker_usage(ray_session, tmp_path: Path, monkeypatch):
-    from promptevo.cli.app import run_eval
+    from promptevo.cli.evaluate import run_eval
 
     create = AgentSpec.create.__func__  # the CLI's specs get the scripted responder for the workers
     setup = scripted_setup()

@@ -16,16 +16,8 @@ from promptevo.envs.babyai.signatures import (
 )
 from promptevo.envs.registry import register_env
 from promptevo.evaluation.rollout import EpisodeResult
-from promptevo.evaluation.signatures import (
-    STEPS_PER_SEED,
-    STEPS_TOTAL,
-    Occurrence,
-    Signature,
-    clean_observation,
-    render_signatures,
-    signatures_to_dict,
-    summarize_signatures,
-)
+from promptevo.envs.behaviour import STEPS_PER_SEED, STEPS_TOTAL, Occurrence, Signature, clean_observation
+from promptevo.evaluation.signatures import render_signatures, signatures_to_dict, summarize_signatures
 
 FEEDBACK = ("\n\nYour previous output did not contain a valid action. Defaulted to action: go forward\n\n"
             "Observation:\n")

@@ -3,7 +3,6 @@ proposes (``--engineer llm``) or keeps fixed (``--engineer fixed``)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -12,14 +11,14 @@ from typing import Any
 
 from promptevo.cli.errors import user_error_types
 from promptevo.cli.optimize import build_parser
+from promptevo.cli.parsing import CommandParser, print_error
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
 from promptevo.optim.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.state import RunError
 
 
-def build_curriculum_parser() -> argparse.ArgumentParser:
-    p = build_parser()
-    p.prog = "promptevo curriculum"
+def build_curriculum_parser() -> CommandParser:
+    p = build_parser("promptevo curriculum")
     p.description = ("Optimize an agent's prompts over a curriculum of MAPF-FrozenLake configurations: after each "
                      "stage an LLM environment engineer reads the failures and sets the next stage's generator "
                      "knobs. Writes results/<run>/stage-k/ and curriculum.json/.md.")
@@ -81,16 +80,15 @@ def cli_main(args: Sequence[str]) -> int:
     err = Console(stderr=True)
     try:
         cfg, kw, quiet = curriculum_args(args)
-    except SystemExit as e:  # argparse --help / usage errors
+    except SystemExit as e:  # --help
         return int(e.code or 0)
-    except (RunError, ConfigError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+    except (RunError, ConfigError, *user_error_types()) as e:
+        print_error(e)
         return 2
     try:
         res = run_curriculum(cfg, quiet=quiet, **kw)
     except user_error_types() as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+        print_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return 2
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: continue with `promptevo curriculum --resume {cfg.run_path()}`")

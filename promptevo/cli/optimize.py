@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from promptevo.optim.config import ConfigError, OptimizeConfig, load_config_file, validate_config
+from promptevo.cli.errors import user_error_types
+from promptevo.cli.parsing import CommandParser, print_error
+from promptevo.optim.config import (
+    ConfigError,
+    OptimizeConfig,
+    load_config_file,
+    validate_config,
+)
 from promptevo.optim.state import CHECKPOINT, RunError, RunStopped, load_checkpoint
 
 
@@ -15,8 +21,8 @@ def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def build_parser(prog: str = "promptevo optimize") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(prog: str = "promptevo optimize") -> CommandParser:
+    p = CommandParser(
         prog=prog,
         description="Optimize an agent's prompts on a task: reflect on episodes, propose segment edits, race "
         "children on paired training seeds, promote through a statistical gate on validation seeds, and "
@@ -160,7 +166,13 @@ def run_plan(cfg: OptimizeConfig, args: Sequence[str], *, probe: bool = False) -
     model, else (with ``probe``) measured on a few agent calls, else unknown."""
     from promptevo.agents.registry import calls_per_step
     from promptevo.envs.base import has_expert
-    from promptevo.optim.plan import calls_from_runs, describe, make_plan, probe_seconds, seconds_from_runs
+    from promptevo.optim.plan import (
+        calls_from_runs,
+        describe,
+        make_plan,
+        probe_seconds,
+        seconds_from_runs,
+    )
     from promptevo.tasks import load_task, make_env
 
     task = load_task(cfg.task)
@@ -192,22 +204,21 @@ def cli_main(args: Sequence[str]) -> int:
     from rich.console import Console
 
     from promptevo.api import optimize
-    from promptevo.cli.errors import user_error_types
 
     err = Console(stderr=True)
     try:
         cfg, quiet = config_from_args(args)
-    except SystemExit as e:  # argparse --help / usage errors
+    except SystemExit as e:  # --help
         return int(e.code or 0)
-    except (ConfigError, RunError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+    except (ConfigError, RunError, *user_error_types()) as e:
+        print_error(e)
         return 2
     dry = "--dry-run" in args
     try:
         for line in run_plan(cfg, args, probe=dry):
             err.print(line, highlight=False, markup=False, soft_wrap=True)
     except (ConfigError, RunError, *user_error_types()) as e:
-        err.print(f"[bold red]error:[/] {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
+        print_error(e)
         return 2
     if dry:
         return 0
@@ -218,7 +229,7 @@ def cli_main(args: Sequence[str]) -> int:
                   f"{cfg.run_path()}`", highlight=False, soft_wrap=True)
         return 130
     except (RunError, ConfigError, *user_error_types()) as e:
-        err.print(f"[bold red]error:[/] {' '.join(str(e).split())}", highlight=False, soft_wrap=True)
+        print_error(e)
         return 3 if isinstance(e, RunStopped) else 2
     Console().print(f"best prompts: {res.run_dir / 'best.md'} | report: {res.run_dir / 'report.md'}")
     return 0

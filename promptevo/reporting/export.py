@@ -27,7 +27,7 @@ from typing import Any
 
 from promptevo.evaluation.statistics import summarize_records
 from promptevo.fileio import write_json_atomic, write_text_atomic
-from promptevo.optim.state import CHECKPOINT, Candidate, RunError, RunState, lineage, load_checkpoint, resolve_run_dir
+from promptevo.optim.state import CHECKPOINT, Candidate, RunError, RunState, lineage, load_checkpoint
 from promptevo.segments import PromptSet, diff_prompts
 
 
@@ -168,38 +168,3 @@ def load_agent_config(path: str | Path) -> tuple[str, PromptSet, dict]:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RunError(f"{path}: not a promptevo agent config ({msg})") from None
     return agent, ps, data
-
-
-def cli_main(args: list[str]) -> int:
-    """Entry point of ``promptevo export RUN [--out DIR]``; returns the exit code."""
-    import argparse
-
-    from rich.console import Console
-
-    p = argparse.ArgumentParser(prog="promptevo export",
-                                description="Write a run's best prompts (md + json), agent.json and LINEAGE.md.")
-    p.add_argument("run", help="run folder, or a run name under --results-dir")
-    p.add_argument("--out", "-o", help="output folder (default <run>/export)")
-    p.add_argument("--results-dir", default="results", help="where run folders are (default results)")
-    try:
-        ns = p.parse_args(list(args))
-    except SystemExit as e:
-        return int(e.code or 0)
-    try:
-        paths = export_run(resolve_run_dir(ns.run, ns.results_dir), ns.out)
-    except (RunError, OSError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        Console(stderr=True).print(f"error: {msg}", highlight=False, markup=False, soft_wrap=True)
-        return 2
-    out = Console()
-    for path in paths:
-        out.print(str(path), highlight=False, markup=False, soft_wrap=True)
-    data = json.loads(paths[2].read_text(encoding="utf-8"))
-    t = data.get("test")
-    if t:
-        lo, hi = t["ci95"]
-        out.print(f"best prompts {data['candidate']}: TEST split {t['successes']}/{t['n']} = {t['success_rate']:.0%} "
-                  f"[{lo:.0%}, {hi:.0%}]", highlight=False, markup=False, soft_wrap=True)
-    out.print(f"play them: promptevo eval --agent {data['agent']} --task {data['task']} --prompts {paths[0]}",
-              highlight=False, markup=False, soft_wrap=True)
-    return 0

@@ -14,7 +14,7 @@ that stopped early shows whatever exists.
 * :func:`load_run` reads a run folder into a plain dict (tolerant of missing pieces);
 * :func:`render_html` is a pure function of that dict;
 * :func:`write_html` writes ``report.html`` atomically (the engine calls it at the end of a run);
-* :func:`cli_main` is ``promptevo report RUN``.
+* ``promptevo report RUN`` (:mod:`promptevo.cli.report`) calls :func:`write_html`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.fileio import write_text_atomic
-from promptevo.optim.state import CHECKPOINT, RunError, resolve_run_dir
+from promptevo.optim.state import CHECKPOINT, RunError
 from promptevo.reporting import charts
 from promptevo.segments import PromptSet, diff_prompts
 

@@ -19,13 +19,10 @@ from promptevo.evaluation.statistics import paired_test, summarize_records
 from promptevo.fileio import read_json, write_json_atomic, write_text_atomic
 from promptevo.optim.propose.pruner import prompt_tokens
 from promptevo.optim.state import (
-    CHECKPOINT,
     Candidate,
-    RunError,
     RunState,
     author_of,
     lineage,
-    resolve_run_dir,
     segment_authors,
 )
 from promptevo.reporting.html import write_html
@@ -365,31 +362,3 @@ def finish_run(engine: "Engine") -> dict:
     except Exception as e:  # noqa: BLE001
         engine.warn(f"warning: report.html not written ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     return report
-
-
-def cli_main(args: list[str]) -> int:
-    """Entry point of ``promptevo report RUN [--results-dir DIR]``; returns the exit code."""
-    import argparse
-
-    from rich.console import Console
-
-    p = argparse.ArgumentParser(prog="promptevo report",
-                                description="(Re)write results/<run>/report.html (a static HTML report of a run) and, "
-                                "for a finished run, report.json and report.md from its checkpoint.")
-    p.add_argument("run", help="run folder, or a run name under --results-dir")
-    p.add_argument("--results-dir", default="results", help="where run folders are (default results)")
-    try:
-        ns = p.parse_args(list(args))
-    except SystemExit as e:
-        return int(e.code or 0)
-    try:
-        run_dir = resolve_run_dir(ns.run, ns.results_dir)
-        if (run_dir / CHECKPOINT).is_file():
-            rebuild_report(run_dir)
-        path = write_html(run_dir)
-    except (RunError, OSError) as e:
-        line = " ".join(str(e).split()) or type(e).__name__
-        Console(stderr=True).print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
-        return 2
-    Console().print(str(path), highlight=False, markup=False, soft_wrap=True)
-    return 0

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from promptevo.evaluation.signatures import (
+from promptevo.envs.behaviour import (
     Occurrence,
     Signature,
     aggregate,
