@@ -83,3 +83,31 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "plan: goto" in r.stderr and "final test" in r.stderr and not (tmp_path / "res").exists()
+
+
+def test_a_local_model_gets_the_quick_sizes_unless_told_otherwise():
+    from promptevo.optim.config import LOCAL_PRESET
+
+    local = validate_config({"task": "goto"})  # the default model is local/
+    assert local.preset == LOCAL_PRESET and local.generations == PRESETS[LOCAL_PRESET]["generations"]
+    assert validate_config({"task": "goto", "validation_episodes": 30}).validation_episodes == 30  # explicit wins
+    assert validate_config({"task": "goto", "preset": "standard"}).generations == PRESETS["standard"]["generations"]
+    remote = validate_config({"task": "goto", "model": "openai/gpt-4o-mini"})
+    assert remote.preset is None and remote.generations == PRESETS["standard"]["generations"]
+    lines = describe(make_plan(local, 64, seconds=2.0, source="test"), local, set())
+    assert any("a local model: the sizes of --preset quick" in ln for ln in lines)
+    assert not any("--preset quick, or" in ln for ln in lines)
+
+
+def test_seconds_per_call_gives_the_estimate_and_a_failed_probe_leaves_it_unknown(tmp_path):
+    base = [sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--model", "openai/gpt-4o-mini",
+            "--concurrency", "8", "--dry-run", "--results-dir", str(tmp_path / "res")]
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENAI_API_KEY"}
+    r = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "time: unknown (the probe failed: OPENAI_API_KEY" in r.stderr and "--seconds-per-call" in r.stderr
+    r = subprocess.run(base + ["--seconds-per-call", "1.5"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "1.50 s per call, given with --seconds-per-call" in r.stderr, r.stderr
+    r = subprocess.run(base + ["--seconds-per-call", "-1"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--seconds-per-call" in r.stderr
+    assert not (tmp_path / "res").exists()

@@ -191,8 +191,17 @@ def flag_of(field: str) -> str:
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+#: the preset of a new run on a local model when none is named: sizes that finish in hours on 2 cores
+LOCAL_PRESET = "quick"
+
+
 def with_preset(given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` with the sizes of its ``preset`` filled in where no explicit value was given."""
+    """``given`` with the sizes of its ``preset`` filled in where no explicit value was given. A new run
+    (no ``preset`` key at all, not a resume, not every size given) on a ``local/`` model gets
+    :data:`LOCAL_PRESET`."""
+    if "preset" not in given and not given.get("resume") and not set(PRESETS["standard"]) <= set(given) \
+            and str(given.get("model") or DEFAULT_MODEL).startswith("local/"):
+        given = {**given, "preset": LOCAL_PRESET}
     name = given.get("preset")
     if name is None:
         return dict(given)

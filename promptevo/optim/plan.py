@@ -173,13 +173,17 @@ def describe(plan: Plan, cfg: OptimizeConfig, given: set[str] | None = None) -> 
         lines.append(f"  time: expected about {d['expected_hours']:.1f} h, at most {d['max_hours']:.1f} h "
                      f"({plan.seconds_per_call:.2f} s per call, {plan.seconds_source})")
         if d["expected_hours"] > LONG_RUN_HOURS:
-            lines.append("  a long run: --preset quick, or fewer --generations, --validation-episodes, "
-                         "--test-episodes or --max-steps shrink it; --max-hours stops it in time")
+            lines.append("  a long run: " + ("" if cfg.preset == "quick" else "--preset quick, or ")
+                         + "fewer --generations, --validation-episodes, --test-episodes or --max-steps shrink it; "
+                         "--max-hours stops it in time")
         if cfg.max_hours is not None and cfg.max_hours * 3600 < plan.seconds_per_call * plan.steps * plan.calls_per_step:
             lines.append(f"  note: --max-hours {cfg.max_hours:g} is shorter than one episode; the run will stop at once "
                          "and still play its final test split")
     else:
-        lines.append("  time: unknown (no earlier run of this model and no probe)")
+        lines.append("  time: unknown (" + (plan.seconds_source or "no earlier run of this model and no probe")
+                     + "; --seconds-per-call S gives an estimate)")
+    if given is not None and cfg.preset and "preset" not in given and cfg.model.startswith("local/"):
+        lines.append(f"  a local model: the sizes of --preset {cfg.preset} (--preset standard for the full defaults)")
     if given is not None and cfg.preset:
         over = sorted(k for k in PRESETS[cfg.preset] if k in given)
         if over:
