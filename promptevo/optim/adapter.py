@@ -77,10 +77,11 @@ class Adapter(Protocol):
         ...
 
     def make_reflective_dataset(self, parent: PromptSet, episodes: list[dict], *, generation: int,
-                                history: list[dict], expert_seeds: Sequence[int] = ()) -> dict:
+                                history: list[dict], expert_seeds: Sequence[int] = (), mode: str = "mutate") -> dict:
         """Evidence about the parent's episodes for the proposers (JSON-able; key ``usage`` holds the
         optimizer usage per step). ``expert_seeds``: training seeds on which the game's expert may play
-        its own episodes (labelled states; an adapter without an expert ignores them)."""
+        its own episodes (labelled states; an adapter without an expert ignores them). ``mode``: the
+        generation's mode, ``mutate`` or ``prune`` (scaffold pruning needs less evidence)."""
         ...
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: ProposalContext) -> ProposalBatch:

@@ -364,7 +364,7 @@ class Engine:
             self.emit("phase", generation=g, text="reflecting")
             evidence = self.adapter.make_reflective_dataset(parent.prompt_set(), episodes, generation=g,
                                                             history=st.history, expert_seeds=rec.expert_seeds,
-                                                            **({"mode": rec.mode} if rec.mode == "prune" else {}))
+                                                            mode=rec.mode)
             path = f"analyses/gen-{g:03d}.json"
             write_json_atomic(self.run_dir / path, {"generation": g, "parent": parent.id, "mode": rec.mode,
                                                     "evidence_seeds": rec.evidence_seeds, **evidence}, indent=1)
