@@ -217,3 +217,20 @@ def test_propose_prunes_without_prunable_segments_makes_no_call():
     with ScriptedLLM.install(lambda m: calls.append(m) or "{}"):
         res = propose_prunes(ps, scripted_gateway(), n=2)
     assert res.edits == [] and calls == [] and "no prunable segment" in res.error
+
+
+def test_prune_policy_is_one_object_with_pure_decisions():
+    from types import SimpleNamespace
+
+    from promptevo.optim.pruning import PRUNE, PrunePolicy
+
+    off = PrunePolicy(None)
+    assert not off.active and off.mode(10, 10, PromptSet()) == "mutate"
+    pol = PrunePolicy(0.8)
+    prune, other = SimpleNamespace(operator=PRUNE), SimpleNamespace(operator="mutate")  # only the operator is read
+    assert pol.race_rule(prune, "sign", 0.0) == ("margin", -1.0)
+    assert pol.race_rule(other, "sign", 0.1) == ("sign", 0.1)
+    # a removal that loses a little on training seeds is still accepted; an edit is not
+    child, parent = {1: 0.0, 2: 1.0, 3: 1.0}, {1: 0.0, 2: 1.0, 3: 1.0}
+    assert pol.accept(prune, child, parent, rule="margin", margin=0.0, alpha=0.05).accepted
+    assert not pol.accept(other, child, parent, rule="margin", margin=0.0, alpha=0.05).accepted

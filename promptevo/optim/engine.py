@@ -41,13 +41,13 @@ from promptevo.optim.adapter import Adapter, ProposalContext, describe
 from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig
 from promptevo.optim.events import Emitter
 from promptevo.optim.reflect.ablation import counterfactual_ablation
+from promptevo.optim.hooks import GenerationHook, ValidityHook
+from promptevo.optim.pruning import PrunePolicy
 from promptevo.optim.selection import (
-    accept,
     gate_alpha,
     look_levels,
     look_sizes,
     promote,
-    prune_keep,
     race_check,
     race_schedule,
     sequential_gate,
@@ -96,9 +96,9 @@ class Engine:
 
     def __init__(self, config: OptimizeConfig, adapter: Adapter, *, task: Any, usage: UsageFn,
                  emitter: Emitter, finish: Callable[["Engine"], dict] | None = None,
-                 skills_hook: Callable[["Engine", GenerationRecord], None] | None = None,
-                 validity_hook: Callable[..., dict | None] | None = None):
+                 skills_hook: GenerationHook | None = None, validity_hook: ValidityHook | None = None):
         self.cfg = config
+        self.pruning = PrunePolicy(config.prune_at)
         self.adapter = adapter
         self.task = task
         self._usage_now = usage
@@ -337,15 +337,11 @@ class Engine:
         return rec
 
     def generation_mode(self, parent: Candidate) -> str:
-        if self.cfg.prune_at is None:
+        if not self.pruning.active:
             return "mutate"
-        from promptevo.optim.propose.pruner import competent, prunable_segments
-
         self.eval_candidate(parent, "validation", self.validation_seeds())
         row = summarize_records(parent.validation)
-        if competent(row["successes"], row["n"], self.cfg.prune_at) and prunable_segments(parent.prompt_set()):
-            return "prune"
-        return "mutate"
+        return self.pruning.mode(row["successes"], row["n"], parent.prompt_set())
 
     def run_generation(self, g: int) -> str | None:
         """Returns a stop reason when the budget ran out mid-generation, else None."""
@@ -477,9 +473,9 @@ class Engine:
                 self.eval_candidate(c, "train", batch)
                 played = c.scores("train", batch)
                 last = i == len(schedule) - 1
+                rule, margin = self.pruning.race_rule(c, cfg.accept_rule, cfg.accept_margin)
                 stop, reason = (False, "") if last else race_check(
-                    played, parent_scores, seeds, rule=cfg.accept_rule if c.operator != "prune" else "margin",
-                    margin=cfg.accept_margin if c.operator != "prune" else -1.0, alpha=cfg.alpha,
+                    played, parent_scores, seeds, rule=rule, margin=margin, alpha=cfg.alpha,
                     race_alpha=cfg.race_alpha, max_score=self.adapter.max_score)
                 if stop or last:
                     self.decide(g, c, parent, played, parent_scores, stopped=reason if stop else "",
@@ -493,10 +489,8 @@ class Engine:
     def decide(self, g: int, c: Candidate, parent: Candidate, child_scores: dict[int, float],
                parent_scores: dict[int, float], *, stopped: str, rounds: list[int]) -> None:
         cfg = self.cfg
-        if c.operator == "prune":  # a removal only has to do no worse on the training seeds
-            v = accept(child_scores, parent_scores, "margin", -max(cfg.accept_margin, 0.05))
-        else:
-            v = accept(child_scores, parent_scores, cfg.accept_rule, cfg.accept_margin, alpha=cfg.alpha)
+        v = self.pruning.accept(c, child_scores, parent_scores, rule=cfg.accept_rule, margin=cfg.accept_margin,
+                                alpha=cfg.alpha)
         with self.lock:
             c.race = {"rounds": rounds, "stopped": stopped or None}
             c.verdict = v.to_dict()
@@ -520,15 +514,12 @@ class Engine:
         if not accepted:
             rec.gate = {"candidate": None, "promoted": False, "reason": "no accepted child"}
             return
-        if rec.mode == "prune":
-            top = max(accepted, key=lambda c: (c.prompt_tokens_saved or 0, c.verdict["mean_diff"], -int(c.id[1:])))
-        else:
-            top = max(accepted, key=lambda c: (c.verdict["mean_diff"], -int(c.id[1:])))
+        top = self.pruning.top(accepted, rec.mode)
         best, vs = st.best, self.validation_seeds()
         level = gate_alpha(cfg.alpha, cfg.generations, cfg.correction)
         self.emit("phase", generation=g, text=f"validation gate: {top.id} vs {best.id} on {len(vs)} seeds")
         looks: dict = {}
-        if cfg.gate == "sequential" and top.operator != "prune" and cfg.promote_rule in ("sign", "wilcoxon"):
+        if cfg.gate == "sequential" and not self.pruning.applies(top) and cfg.promote_rule in ("sign", "wilcoxon"):
             verdict, looks = self.sequential_gate(top, best, vs, level)
         else:
             self.eval_candidate(best, "validation", vs)
@@ -536,13 +527,12 @@ class Engine:
         child_v, best_v = top.scores("validation", vs), best.scores("validation", vs)
         if looks:
             pass  # decided by the sequential gate
-        elif top.operator == "prune":
+        elif self.pruning.applies(top):
             init, peak = st.initial, self.peak()
             self.eval_candidate(init, "validation", vs)
             refs = {"initial": init.scores("validation", vs), "peak": peak.scores("validation", vs)}
-            verdict = prune_keep(top.scores("validation", vs, "success"), best.scores("validation", vs, "success"),
-                                 references={k: {s: float(v > 0.5) for s, v in r.items()} for k, r in refs.items()},
-                                 alpha=level)
+            verdict = self.pruning.keep(top.scores("validation", vs, "success"),
+                                        best.scores("validation", vs, "success"), refs, alpha=level)
         else:
             verdict = promote(child_v, best_v, rule=cfg.promote_rule, alpha=level, margin=cfg.promote_margin)
         gate = {**verdict.to_dict(), **looks}

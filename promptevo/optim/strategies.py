@@ -15,22 +15,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from promptevo.evaluation.statistics import summarize_records
 from promptevo.optim.diagnostics import missions, validity
+from promptevo.optim.hooks import LoopView
 from promptevo.optim.propose.skills import SkillLibrary
 from promptevo.optim.state import Candidate, GenerationRecord, author_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from promptevo.optim.engine import Engine
 
 
 #: operators whose accepted or promoted edits the skill library (the rule bank) keeps
 BANKED_OPERATORS = frozenset({"mutate", "induce", "rule"})
 
 
-def update_skills(engine: "Engine", rec: GenerationRecord) -> None:
+def update_skills(engine: LoopView, rec: GenerationRecord) -> None:
     cfg, st = engine.cfg, engine.state
     if not cfg.skills:
         return
@@ -99,7 +97,7 @@ def _prompt_text(c: Candidate) -> str:
     return "\n".join(seg.text for _, p in c.prompt_set().modules for seg in p.segments)
 
 
-def validity_report(engine: "Engine", g: int, top: Candidate, best: Candidate, gate: dict, *,
+def validity_report(engine: LoopView, g: int, top: Candidate, best: Candidate, gate: dict, *,
                     run_backtest: bool) -> dict[str, Any]:
     cfg, st = engine.cfg, engine.state
     bt_child = bt_best = None
