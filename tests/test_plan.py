@@ -86,14 +86,17 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
 
 
 def test_a_local_model_gets_the_quick_sizes_unless_told_otherwise():
+    from promptevo.cli.optimize import config_from_args
     from promptevo.optim.config import LOCAL_PRESET
 
-    local = validate_config({"task": "goto"})  # the default model is local/
+    local, _ = config_from_args(["--task", "goto"])  # the default model is local/
     assert local.preset == LOCAL_PRESET and local.generations == PRESETS[LOCAL_PRESET]["generations"]
-    assert validate_config({"task": "goto", "validation_episodes": 30}).validation_episodes == 30  # explicit wins
-    assert validate_config({"task": "goto", "preset": "standard"}).generations == PRESETS["standard"]["generations"]
-    remote = validate_config({"task": "goto", "model": "openai/gpt-4o-mini"})
+    assert config_from_args(["--task", "goto", "--validation-episodes", "30"])[0].validation_episodes == 30
+    assert config_from_args(["--task", "goto", "--preset", "standard"])[0].generations == PRESETS["standard"]["generations"]
+    remote, _ = config_from_args(["--task", "goto", "--model", "openai/gpt-4o-mini"])
     assert remote.preset is None and remote.generations == PRESETS["standard"]["generations"]
+    api_default = validate_config({"task": "goto"})  # the Python API keeps the standard defaults
+    assert api_default.preset is None and api_default.generations == PRESETS["standard"]["generations"]
     lines = describe(make_plan(local, 64, seconds=2.0, source="test"), local, set())
     assert any("a local model: the sizes of --preset quick" in ln for ln in lines)
     assert not any("--preset quick, or" in ln for ln in lines)

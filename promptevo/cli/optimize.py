@@ -13,6 +13,7 @@ from promptevo.optim.config import (
     OptimizeConfig,
     load_config_file,
     validate_config,
+    with_local_preset,
 )
 from promptevo.optim.state import CHECKPOINT, RunError, RunStopped, load_checkpoint
 
@@ -158,7 +159,7 @@ def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
         return validate_config(base), bool(ns.quiet)
     if not given.get("task"):
         raise ConfigError("missing --task (see `promptevo tasks`), or --resume RUN")
-    cfg = validate_config(given)
+    cfg = validate_config(with_local_preset(given))
     if cfg.run is None:
         cfg = cfg.model_copy(update={"run": cfg.run_path().name})
     return cfg, bool(ns.quiet)

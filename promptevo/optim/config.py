@@ -195,13 +195,18 @@ def flag_of(field: str) -> str:
 LOCAL_PRESET = "quick"
 
 
+def with_local_preset(given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with ``preset = LOCAL_PRESET`` when it is a new run on a ``local/`` model that names no
+    preset and leaves some size unset (``promptevo optimize`` applies it; the Python API keeps the
+    standard defaults)."""
+    if "preset" in given or given.get("resume") or set(PRESETS["standard"]) <= set(given) \
+            or not str(given.get("model") or DEFAULT_MODEL).startswith("local/"):
+        return dict(given)
+    return {**given, "preset": LOCAL_PRESET}
+
+
 def with_preset(given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` with the sizes of its ``preset`` filled in where no explicit value was given. A new run
-    (no ``preset`` key at all, not a resume, not every size given) on a ``local/`` model gets
-    :data:`LOCAL_PRESET`."""
-    if "preset" not in given and not given.get("resume") and not set(PRESETS["standard"]) <= set(given) \
-            and str(given.get("model") or DEFAULT_MODEL).startswith("local/"):
-        given = {**given, "preset": LOCAL_PRESET}
+    """``given`` with the sizes of its ``preset`` filled in where no explicit value was given."""
     name = given.get("preset")
     if name is None:
         return dict(given)
