@@ -17,8 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from promptevo import __version__
-from promptevo.cli.errors import UserError, user_error_types
-from promptevo.cli.parsing import print_error
+from promptevo.cli.errors import UserError, print_error, user_error_types
 from promptevo.reporting.console import print_json, print_table
 
 app = typer.Typer(

@@ -12,8 +12,8 @@ from promptevo.baselines.compare import (
     parse_methods,
     results_table,
 )
-from promptevo.cli.errors import user_error_types
-from promptevo.cli.parsing import CommandParser, print_error
+from promptevo.cli.errors import print_error, user_error_types
+from promptevo.cli.parsing import CommandParser
 from promptevo.reporting.console import print_json, print_table
 
 

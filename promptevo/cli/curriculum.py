@@ -9,9 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from promptevo.cli.errors import user_error_types
+from promptevo.cli.errors import print_error, user_error_types
 from promptevo.cli.optimize import build_parser
-from promptevo.cli.parsing import CommandParser, print_error
+from promptevo.cli.parsing import CommandParser
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
 from promptevo.optim.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.state import RunError

@@ -13,3 +13,12 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input: every :class:`~promptevo.errors.PromptevoError` (unknown task or
     agent, bad file, bad model configuration, a run that cannot start...) and a missing file."""
     return (PromptevoError, FileNotFoundError)
+
+
+def print_error(message: object) -> None:
+    """One red line on stderr: the whole message with its whitespace folded."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    line = " ".join(str(message).split()) or "error"
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)

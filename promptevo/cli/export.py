@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from promptevo.cli.errors import user_error_types
-from promptevo.cli.parsing import CommandParser, print_error
+from promptevo.cli.errors import print_error, user_error_types
+from promptevo.cli.parsing import CommandParser
 from promptevo.optim.state import RunError, resolve_run_dir
 from promptevo.reporting.export import export_run
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from promptevo.cli.errors import user_error_types
-from promptevo.cli.parsing import CommandParser, print_error
+from promptevo.cli.errors import print_error, user_error_types
+from promptevo.cli.parsing import CommandParser
 from promptevo.optim.config import (
     ConfigError,
     OptimizeConfig,

@@ -19,12 +19,3 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def print_error(message: object) -> None:
-    """One red line on stderr: the whole message with its whitespace folded."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    line = " ".join(str(message).split()) or "error"
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)

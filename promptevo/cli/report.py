@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from promptevo.cli.errors import user_error_types
-from promptevo.cli.parsing import CommandParser, print_error
+from promptevo.cli.errors import print_error, user_error_types
+from promptevo.cli.parsing import CommandParser
 from promptevo.optim.state import CHECKPOINT, RunError, resolve_run_dir
 from promptevo.reporting.html import write_html
 from promptevo.reporting.report import rebuild_report
