@@ -200,7 +200,7 @@ def _text_game_adapter(config: OptimizeConfig, task: TaskConfig, agent_gateway: 
                            "runner cannot be shipped to Ray workers")
         agent_builder, runner = _ray_builder_and_runner(config, task, agent_gateway, worker_setup)
     if agent_builder is None:
-        from promptevo.agents.registry import make_agent
+        from promptevo.agents.registry import make_agent, needs_llm, options_for
 
         options = dict(config.agent_options)
 
@@ -210,9 +210,8 @@ def _text_game_adapter(config: OptimizeConfig, task: TaskConfig, agent_gateway: 
             if name == config.agent:
                 opts = options
             else:
-                shared = ("history", "constrained") if name in ("naive", "robust-cot") else ()
-                opts = {k: v for k, v in options.items() if k in shared}
-            return lambda: make_agent(name, agent_gateway if name != "random" else None, prompts=prompts, task=task,
+                opts = options_for(name, {k: v for k, v in options.items() if k in ("history", "constrained")})
+            return lambda: make_agent(name, agent_gateway if needs_llm(name) else None, prompts=prompts, task=task,
                                       init="plain", **opts)
 
     return TextGameAdapter(config, task, agent_gateway=agent_gateway, optimizer_gateway=optimizer_gateway,
@@ -224,6 +223,7 @@ def _ray_builder_and_runner(config: OptimizeConfig, task: TaskConfig, agent_gate
     """Agents as picklable specs played as Ray tasks; the workers' LLM usage is added to ``agent_gateway``."""
     import os
 
+    from promptevo.agents.registry import needs_llm
     from promptevo.evaluation.scaleout import AgentSpec, RayNotInstalledError, absorb_usage, ensure_ray, run_episodes_ray
 
     try:
@@ -232,7 +232,7 @@ def _ray_builder_and_runner(config: OptimizeConfig, task: TaskConfig, agent_gate
         raise RunError(str(e)) from None
 
     def builder(name: str, prompts: PromptSet | None) -> Callable[[], Any]:
-        return AgentSpec.create(name, llm=agent_gateway if name != "random" else None, prompts=prompts, task=task,
+        return AgentSpec.create(name, llm=agent_gateway if needs_llm(name) else None, prompts=prompts, task=task,
                                 setup=setup, init=config.init, **(config.agent_options if name == config.agent else {}))
 
     def runner(task_: Any, factory: Any, seeds: Sequence[int], *, concurrency: int = 4,

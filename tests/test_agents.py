@@ -364,3 +364,13 @@ def test_prompt_inits_list_the_shipped_initializations():
     assert default_prompt_path("robust-cot", load_task("goto"), "compact").parent.name == "compact"
     with pytest.raises(AgentError, match="use one of"):
         default_prompt_path("robust-cot", load_task("goto"), "no/such")
+
+
+def test_agent_options_come_from_the_registry():
+    from promptevo.agents.registry import agent_options, needs_llm, options_for
+
+    assert "history" in agent_options("robust-cot") and "history" not in agent_options("two-stage")
+    assert agent_options("random") is None  # takes any keyword (and ignores it)
+    assert options_for("two-stage", {"history": 1, "constrained": True}) == {"constrained": True}
+    assert options_for("naive", {"history": 1}) == {"history": 1}
+    assert not needs_llm("random") and needs_llm("two-stage")

@@ -76,6 +76,24 @@ def calls_per_step(name: str) -> int:
     return _REGISTRY[check_agent_name(name)].calls_per_step
 
 
+def agent_options(name: str) -> frozenset[str] | None:
+    """The keyword options agent ``name`` takes (its factory's keyword-only parameters); None when the
+    factory takes any keyword."""
+    import inspect
+
+    params = inspect.signature(_REGISTRY[check_agent_name(name)].factory).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return frozenset(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY)
+
+
+def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``options`` that agent ``name`` takes (a shared setting such as ``history`` reaches only
+    the agents that have it)."""
+    taken = agent_options(name)
+    return dict(options) if taken is None else {k: v for k, v in options.items() if k in taken}
+
+
 def make_agent(name: str, gateway: "Gateway | None", prompts: PromptSet | None = None, **kw: Any) -> Agent:
     """Build an agent. ``prompts=None`` -> the default prompts (needs ``task=`` in ``kw``; ``init=``
     picks the initialization, see :func:`prompt_inits`) or empty for an agent without an LLM.
@@ -96,15 +114,12 @@ def make_agent(name: str, gateway: "Gateway | None", prompts: PromptSet | None =
             prompts = default_prompts(name, task, init)
     if entry.needs_llm and gateway is None:
         raise AgentError(f"agent {name!r} needs an LLM gateway")
-    import inspect
-
-    params = inspect.signature(entry.factory).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        taken = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    taken = agent_options(name)
+    if taken is not None:
         for k in kw:
             if k not in taken:
                 raise AgentError(f"agent {name!r} has no option {k!r} (--{k.replace('_', '-')}); its options: "
-                                 + (", ".join(taken) or "none"))
+                                 + (", ".join(sorted(taken)) or "none"))
     try:
         return entry.factory(gateway, prompts, **kw)
     except TypeError as e:

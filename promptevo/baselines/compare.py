@@ -43,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from promptevo.agents.registry import needs_llm, options_for
 from promptevo.errors import PromptevoError
 from promptevo.segments import PromptSet
 
@@ -97,7 +98,7 @@ class CompareConfig:
             raise CompareError(f"--max-steps must be >= 1 (got {self.max_steps})")
         if self.metric not in ("success", "progression", "return"):
             raise CompareError(f"unknown metric {self.metric!r} (use success, progression or return)")
-        if self.agent == "random":
+        if not needs_llm(self.agent):
             raise CompareError("agent 'random' has no prompts to optimize; use robust-cot, naive or two-stage")
 
     def run_name(self) -> str:
@@ -105,7 +106,7 @@ class CompareConfig:
 
     def agent_options(self, agent: str) -> dict:
         """Message settings every method's agent shares (``history`` for the single-call agents)."""
-        return {"history": self.history} if self.history is not None and agent in ("naive", "robust-cot") else {}
+        return options_for(agent, {"history": self.history}) if self.history is not None and needs_llm(agent) else {}
 
     def run_dir(self) -> Path:
         p = Path(self.run_name())

@@ -455,11 +455,11 @@ def run_gepa(
     Returns the best candidate as a PromptSet (evaluate it on test seeds like any other).
     """
     dspy = require_dspy()
-    from promptevo.agents.registry import make_agent
+    from promptevo.agents.registry import make_agent, needs_llm
     from promptevo.evaluation.rollout import run_episode
     from promptevo.tasks import make_env
 
-    if agent_name == "random":
+    if not needs_llm(agent_name):
         raise GepaError("the random agent has no prompts for GEPA to optimize")
     texts0 = seed_texts(initial_prompts)
     if not texts0:

@@ -184,6 +184,8 @@ def run_eval(
         check_agent_name,
         default_prompt_path,
         make_agent,
+        needs_llm,
+        options_for,
     )
     from promptevo.evaluation.rollout import fault_summary, run_episodes
     from promptevo.evaluation.scaleout import (
@@ -216,21 +218,19 @@ def run_eval(
 
     llm_cfg = LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature, timeout=timeout,
                                      max_tokens=max_tokens, no_cache=no_cache, concurrency=concurrency)
-    gateway = Gateway(llm_cfg) if agent != "random" else None
+    gateway = Gateway(llm_cfg) if needs_llm(agent) else None
     if gateway is not None:
         gateway.check()  # fail fast on a bad model string / missing key
 
-    agent_kw: dict[str, Any] = {}
-    if history is not None and agent in ("naive", "robust-cot"):
-        agent_kw["history"] = history
-    if constrained is not None and agent != "random":
-        agent_kw["constrained"] = constrained
+    # the message settings reach the agents that take them (history: the single-call agents)
+    agent_kw: dict[str, Any] = options_for(agent, {k: v for k, v in (("history", history), ("constrained", constrained))
+                                                   if v is not None}) if needs_llm(agent) else {}
 
     plan = []
     for task in task_cfgs:
         ps = custom_prompts if custom_prompts is not None else None
         src = str(prompts_file) if prompts_file else None
-        if ps is None and agent != "random":
+        if ps is None and needs_llm(agent):
             path = default_prompt_path(agent, task, init)
             ps, src = PromptSet.load(path), str(path)
         make_agent(agent, gateway, ps, **agent_kw)  # fail before anything is written (missing module, bad option)
