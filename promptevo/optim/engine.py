@@ -40,9 +40,9 @@ from promptevo.fileio import read_json, write_json_atomic
 from promptevo.optim.adapter import Adapter, ProposalContext, describe
 from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig
 from promptevo.optim.events import Emitter
-from promptevo.optim.reflect.ablation import counterfactual_ablation
 from promptevo.optim.hooks import GenerationHook, ValidityHook
 from promptevo.optim.pruning import PrunePolicy
+from promptevo.optim.reflect.ablation import counterfactual_ablation
 from promptevo.optim.selection import (
     gate_alpha,
     look_levels,
