@@ -73,7 +73,7 @@ def _main(
 
 @app.command("eval")
 def eval_cmd(
-    agent: str = typer.Option("robust-cot", "--agent", "-a", help="naive, robust-cot, random or two-stage."),
+    agent: str = typer.Option("robust-cot", "--agent", "-a", help="Agent name (robust-cot by default); `promptevo tasks` lists the registered agents."),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task name from tasks/ (see `promptevo tasks`)."),
     all_tasks: bool = typer.Option(False, "--all-tasks", help="Evaluate every BabyAI task (the BALROG five)."),
     episodes: Optional[int] = typer.Option(None, "--episodes", "-n", min=1, help="Episodes per task (default: the task's)."),
