@@ -114,3 +114,12 @@ def test_seconds_per_call_gives_the_estimate_and_a_failed_probe_leaves_it_unknow
     r = subprocess.run(base + ["--seconds-per-call", "-1"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--seconds-per-call" in r.stderr
     assert not (tmp_path / "res").exists()
+
+
+def test_plan_reads_parsed_options_short_flags_and_abbreviations_included(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--agent", "random",
+                        "--preset", "quick", "-g", "3", "--dry", "--seconds-per-call", "1",
+                        "--results-dir", str(tmp_path / "res")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "preset quick: explicit options win: --generations" in r.stderr  # -g is an explicit size
+    assert not (tmp_path / "res").exists()  # --dry (argparse's abbreviation of --dry-run) plays nothing

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.cli.errors import print_error, user_error_types
-from promptevo.cli.optimize import build_parser
+from promptevo.cli.optimize import build_parser, given_options
 from promptevo.cli.parsing import CommandParser
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
 from promptevo.optim.curriculum import curriculum_table, load_mapf_task, run_curriculum
@@ -33,8 +33,8 @@ def build_curriculum_parser() -> CommandParser:
 def curriculum_args(args: Sequence[str]) -> tuple[OptimizeConfig, dict[str, Any], bool]:
     """(base config, run_curriculum keyword arguments, quiet) from command-line arguments."""
     ns = build_curriculum_parser().parse_args(list(args))
-    extra = {"stages", "engineer", "target", "max_changes", "resume", "quiet", "history", "config", "dry_run"}
-    given = {k: v for k, v in vars(ns).items() if v is not None and k not in extra}
+    stage_options = {"stages", "engineer", "target", "max_changes"}
+    given = {k: v for k, v in given_options(ns).items() if k not in stage_options}
     if "baseline" in given and given["baseline"].lower() in ("none", "off", ""):
         given["baseline"] = None
     if ns.history is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -130,10 +131,19 @@ def build_parser(prog: str = "promptevo optimize") -> CommandParser:
 _NOT_CONFIG = ("resume", "quiet", "history", "config", "dry_run", "seconds_per_call")
 
 
+def given_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line gave (by field name, short flags and abbreviations resolved)."""
+    return {k: v for k, v in vars(ns).items() if v is not None and k not in _NOT_CONFIG}
+
+
 def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
     """(config, quiet) from command-line arguments; with --resume the stored config is the base."""
-    ns = build_parser().parse_args(list(args))
-    given: dict[str, Any] = {k: v for k, v in vars(ns).items() if v is not None and k not in _NOT_CONFIG}
+    return config_from_namespace(build_parser().parse_args(list(args)))
+
+
+def config_from_namespace(ns: argparse.Namespace) -> tuple[OptimizeConfig, bool]:
+    """(config, quiet) from parsed arguments; with --resume the stored config is the base."""
+    given = given_options(ns)
     if ns.config:
         from_file = load_config_file(ns.config)
         for key in ("api_base", "optimizer_api_base"):
@@ -165,10 +175,11 @@ def config_from_args(args: Sequence[str]) -> tuple[OptimizeConfig, bool]:
     return cfg, bool(ns.quiet)
 
 
-def run_plan(cfg: OptimizeConfig, args: Sequence[str], *, probe: bool = False,
+def run_plan(cfg: OptimizeConfig, given: set[str], *, probe: bool = False,
              seconds_per_call: float | None = None) -> list[str]:
-    """The plan of a run as lines (:mod:`promptevo.optim.plan`): seconds per call from earlier runs of the
-    model, else (with ``probe``) measured on a few agent calls, else unknown."""
+    """The plan of a run as lines (:mod:`promptevo.optim.plan`): seconds per call from ``seconds_per_call``,
+    else from earlier runs of the model, else (with ``probe``) measured on a few agent calls, else unknown.
+    ``given``: the settings the user gave explicitly (the plan names the ones that override a preset)."""
     from promptevo.agents.registry import calls_per_step
     from promptevo.envs.base import has_expert
     from promptevo.optim.plan import (
@@ -208,12 +219,10 @@ def run_plan(cfg: OptimizeConfig, args: Sequence[str], *, probe: bool = False,
     seconds, source = found if found else (None, probe_note)
     plan = make_plan(cfg, steps, calls_per_step=calls_per_step(cfg.agent), has_expert=expert, seconds=seconds,
                      source=source, calls_per_episode=calls_from_runs(cfg.results_dir, cfg.model, cfg.task, cfg.agent))
-    given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in args if a.startswith("--")}
     return describe(plan, cfg, given)
 
 
-def _seconds_per_call(args: Sequence[str]) -> float | None:
-    s = build_parser().parse_args(list(args)).seconds_per_call
+def _seconds_per_call(s: float | None) -> float | None:
     if s is not None and not (s > 0 and s < float("inf")):
         raise ConfigError(f"--seconds-per-call must be a positive number of seconds (got {s})")
     return s
@@ -227,15 +236,17 @@ def cli_main(args: Sequence[str]) -> int:
 
     err = Console(stderr=True)
     try:
-        cfg, quiet = config_from_args(args)
+        ns = build_parser().parse_args(list(args))
+        cfg, quiet = config_from_namespace(ns)
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (ConfigError, RunError, *user_error_types()) as e:
         print_error(e)
         return 2
-    dry = "--dry-run" in args
+    dry = bool(ns.dry_run)
     try:
-        for line in run_plan(cfg, args, probe=dry, seconds_per_call=_seconds_per_call(args)):
+        for line in run_plan(cfg, set(given_options(ns)), probe=dry,
+                             seconds_per_call=_seconds_per_call(ns.seconds_per_call)):
             err.print(line, highlight=False, markup=False, soft_wrap=True)
     except (ConfigError, RunError, *user_error_types()) as e:
         print_error(e)
