@@ -12,11 +12,10 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from promptevo import __version__
-from promptevo.cli.errors import UserError, user_error_types
+from promptevo.cli.errors import UserError, print_error, user_error_types
 from promptevo.reporting.console import print_json, print_table
 
 console = Console()
@@ -379,9 +378,8 @@ def fail_on_outage(failed: int, played: int, results: list[Any], run_dir: Path) 
     not scored; ``--resume`` plays them again)."""
     if not failed or failed <= EVAL_FAILURE_SHARE * played:
         return
-    first = next((str(getattr(r, "error", None) or (r.get("error") if isinstance(r, dict) else "")) for r in results
-                  if (getattr(r, "error", None) or (r.get("error") if isinstance(r, dict) else None))), "")
-    err_console.print(f"[bold red]error:[/] {failed} of {played} episodes could not be played: the LLM failed "
-                      f"({escape(' '.join(first.split())[:160])}); they are not scored. When it works again: "
-                      f"--run-name {escape(run_dir.name)} --resume", soft_wrap=True, highlight=False)
+    first = next((str(e) for r in results
+                  if (e := getattr(r, "error", None) or (r.get("error") if isinstance(r, dict) else None))), "")
+    print_error(f"{failed} of {played} episodes could not be played: the LLM failed ({' '.join(first.split())[:160]}); "
+                f"they are not scored. When it works again: --run-name {run_dir.name} --resume")
     raise typer.Exit(3)
