@@ -491,7 +491,7 @@ def test_library_skill_is_inserted_as_a_child_and_its_use_recorded(tmp_path):
     assert res.report["strategies"]["skill_children"] == [{"candidate": "c1", "skill": sid, "status": "promoted"}]
     children = evidence_blob(res)["children"]
     assert [(c["id"], c["operator"], c["source"]) for c in children] == [("c1", "skill", {"skill": sid, "author": "machine"}),
-                                                                         ("c2", "mutate", None)]
+                                                                         ("c2", "mutate", {"author": "machine"})]
 
 
 def test_skill_use_is_recorded_once_per_candidate_even_if_the_hook_runs_again(tmp_path):

@@ -249,6 +249,29 @@ def tasks_cmd(
     print_table(a, console)
 
 
+@app.command("operators")
+def operators_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the operators as one JSON document on stdout."),
+) -> None:
+    """List the proposal operators (--operators), one line each: author, evidence read, what it does."""
+    from promptevo.optim.propose.registry import describe_operators
+
+    try:
+        rows = describe_operators()
+    except user_error_types() as e:
+        fail(str(e))
+    if as_json:
+        print_json({"operators": rows})
+        return
+    t = Table(title="Proposal operators (--operators a,b,...; default induce,mutate)", title_justify="left")
+    for col in ("operator", "author", "reads", "what it does"):
+        t.add_column(col)
+    for r in rows:
+        name = r["name"] + (" (engine)" if r["internal"] else "")
+        t.add_row(name, r["author"], ", ".join(r["reads"]) or "-", escape(r["summary"]))
+    print_table(t, console)
+
+
 def _split_json(seeds: list[int]) -> dict:
     """A seed split as JSON: ``{start, count}`` for a contiguous range, else the list."""
     if seeds and seeds == list(range(seeds[0], seeds[0] + len(seeds))):

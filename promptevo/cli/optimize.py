@@ -16,6 +16,7 @@ from promptevo.optim.config import (
     validate_config,
     with_local_preset,
 )
+from promptevo.optim.propose.registry import operator_names
 from promptevo.optim.state import CHECKPOINT, RunError, RunStopped, load_checkpoint
 
 
@@ -75,9 +76,9 @@ def build_parser(prog: str = "promptevo optimize") -> CommandParser:
     a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
     a("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
     a("--race-alpha", type=float, help="level at which a child worse than its parent stops early (default 0.2)")
-    a("--operators", type=_list, help="proposal operators, comma separated: induce, rules, mutate, delete, crossover, "
-      "hints (default induce,mutate; induce and rules need a game with an expert and are skipped with a note "
-      "elsewhere; hints is the person-written library)")
+    a("--operators", type=_list, help="proposal operators, comma separated, from the operator registry: "
+      + ", ".join(operator_names()) + " (default induce,mutate; `promptevo operators` says what each does; "
+      "hints is the person-written library)")
     a("--rule-samples", type=int, help="rules operator: optimizer replies per disagreement cluster (default 3)")
     a("--screen", choices=["filter", "audit", "off"], help="replay recorded states with each child before racing: "
       "filter drops children that fix nothing (default), audit only records the verdict")

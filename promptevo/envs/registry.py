@@ -14,10 +14,10 @@ import importlib
 import re
 import threading
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, Callable
 
 from promptevo.envs.base import TextEnv
+from promptevo.entrypoints import entry_point_names, load_entry_points
 from promptevo.errors import PromptevoError
 
 EnvMaker = Callable[[dict[str, Any]], TextEnv]
@@ -79,17 +79,7 @@ def _load_builtin(name: str) -> None:
 
 
 def _load_entry_points(name: str | None = None) -> None:
-    try:
-        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
-    except Exception:  # noqa: BLE001 - broken metadata of another package must not break promptevo
-        return
-    for ep in eps:
-        if name is None or ep.name == name:
-            try:
-                ep.load()
-            except Exception as e:  # noqa: BLE001 - name the package that failed
-                raise EnvRegistryError(f"env family {ep.name!r} from entry point {ep.value!r} failed to load: "
-                                       f"{type(e).__name__}: {e}") from None
+    load_entry_points(ENTRY_POINT_GROUP, EnvRegistryError, "env family", name)
 
 
 BUILTIN = ("babyai", "mapf", "toytext")
@@ -117,10 +107,7 @@ def families() -> list[str]:
     with _LOCK:
         names = set(_FAMILIES)
     names.update(BUILTIN)
-    try:
-        names.update(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
-    except Exception:  # noqa: BLE001
-        pass
+    names.update(entry_point_names(ENTRY_POINT_GROUP))
     return sorted(names)
 
 

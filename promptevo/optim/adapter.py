@@ -23,6 +23,11 @@ from promptevo.segments import PromptSet
 EpisodeCallback = Callable[[dict], None]
 
 
+def optimizer_seed(run_seed: int, generation: int) -> int:
+    """The optimizer LLM's sampling seed in one generation of a run (one formula for every call)."""
+    return int(run_seed) * 1000 + int(generation)
+
+
 @dataclass
 class Proposal:
     """One child: its prompts and how they were made."""

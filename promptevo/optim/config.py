@@ -6,14 +6,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from promptevo.errors import PromptevoError
 
 Fitness = Literal["success", "return", "progress", "progression"]
 AcceptRule = Literal["margin", "sign", "wilcoxon", "bootstrap", "always"]
 PromoteRule = Literal["sign", "wilcoxon", "bootstrap", "margin"]
-Operator = Literal["induce", "rules", "mutate", "delete", "crossover", "hints"]
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 
 
@@ -87,8 +86,8 @@ class OptimizeConfig(BaseModel):
     race: bool = Field(default=True, description="evaluate children on growing batches; stop hopeless ones")
     race_alpha: float = Field(default=0.2, gt=0, lt=1, description="level at which a child that is worse than "
                               "its parent is stopped early")
-    operators: list[Operator] = Field(default_factory=lambda: ["induce", "mutate"], description="proposal operators "
-                                      "(induce: a rule table fitted to the game's expert, where the env has one)")
+    operators: list[str] = Field(default_factory=lambda: ["induce", "mutate"], description="proposal operators "
+                                 "from the operator registry (`promptevo operators` lists them)")
     expert_seeds: list[int] | None = Field(default=None, description="seeds the game's expert plays (default: "
                                            "expert_episodes fresh training seeds per generation)")
     screen: Literal["filter", "audit", "off"] = Field(default="filter", description="replay recorded states "
@@ -151,6 +150,16 @@ class OptimizeConfig(BaseModel):
         from promptevo.llm.secrets import redact_url  # imports the llm package: only when a config is written
 
         return redact_url(url)
+
+    @field_validator("operators")
+    @classmethod
+    def _known_operators(cls, v: list[str]) -> list[str]:
+        from promptevo.optim.propose.registry import OperatorError, check_operators
+
+        try:
+            return check_operators(v)
+        except OperatorError as e:
+            raise ValueError(str(e)) from None
 
     @model_validator(mode="after")
     def _check(self) -> "OptimizeConfig":

@@ -37,7 +37,7 @@ from promptevo.evaluation.signatures import signatures_to_dict, summarize_signat
 from promptevo.evaluation.statistics import summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
 from promptevo.fileio import read_json, write_json_atomic
-from promptevo.optim.adapter import Adapter, ProposalContext, describe
+from promptevo.optim.adapter import Adapter, ProposalContext, describe, optimizer_seed
 from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig
 from promptevo.optim.events import Emitter
 from promptevo.optim.hooks import GenerationHook, ValidityHook
@@ -426,7 +426,7 @@ class Engine:
             stats = f"validation success {row['successes']}/{row['n']} ({row['success_rate']:.0%})"
         ctx = ProposalContext(generation=g, mode=rec.mode, n=cfg.children, history=st.history, tried=tried,
                               archive=archive, archive_parent=parent.id, parent_stats=stats,
-                              seed=cfg.seed * 1000 + g, evidence_seeds=list(rec.evidence_seeds),
+                              seed=optimizer_seed(cfg.seed, g), evidence_seeds=list(rec.evidence_seeds),
                               evaluate=self.scores_on)
         batch = self.adapter.propose(parent.prompt_set(), evidence, ctx)
         rec.optimizer_usage.update(batch.usage)

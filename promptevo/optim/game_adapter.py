@@ -4,19 +4,10 @@ by behaviour signatures and an optimizer LLM, and children from the proposal ope
 Nothing here knows a particular game: the task's env family builds the envs (:mod:`promptevo.envs.registry`),
 family-specific behaviour signatures come from the family, and hint libraries are files named after it.
 
-Proposal operators (``--operators``), each child recording the operator that made it:
-
-* ``mutate`` - the optimizer LLM rewrites, adds or deletes one segment (reply forced to a JSON schema);
-* ``delete`` - deletion guided by counterfactual ablation: the parent is played without each of a few
-  candidate segments on some of the evidence seeds, and the segments whose removal cost nothing are
-  proposed for deletion (the child is then raced on fresh training seeds like any other);
-* ``crossover`` - a segment-wise mix of the parent and another accepted lineage;
-* ``hints`` - one rule from the family's hint library (``prompts/hints/<family>.toml`` or ``--hints``);
-* ``induce`` - where the env has an expert: a rule table fitted to the expert's actions on labelled
-  training states, with an answer format that makes the agent write the features the table reads;
-* ``rules`` - the optimizer LLM writes one rule per disagreement cluster with the expert (narrow,
-  schema-forced requests, several samples, instance-specific and already-tried rules dropped);
-* with ``--skills`` a library skill learned on another task; in pruning generations the pruner's edits.
+Children come from the operator registry (:mod:`promptevo.optim.propose.registry`, one module per
+operator under :mod:`promptevo.optim.propose`; ``promptevo operators`` lists them): this adapter gives the
+operators the game's services (``cfg``, ``task``, ``opt_gw``, ``env_factory``, ``env_instructions``, the hint
+and skill libraries, ``warn_once``) and screens their children on recorded states.
 """
 
 from __future__ import annotations
@@ -28,24 +19,17 @@ from typing import Any
 from promptevo.agents.base import check_placeholders
 from promptevo.evaluation.rollout import EpisodeResult, run_episodes
 from promptevo.evaluation.signatures import render_signatures, signatures_to_dict, summarize_signatures
-from promptevo.optim.adapter import EpisodeCallback, Proposal, ProposalBatch, ProposalContext
+from promptevo.optim.adapter import EpisodeCallback, ProposalBatch, ProposalContext, optimizer_seed
 from promptevo.optim.config import OptimizeConfig
-from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
-from promptevo.optim.propose.crossover import propose_crossovers
-from promptevo.optim.propose.hints import HintLibrary, HintLibraryError, builtin_path, load_hints, propose_hints
-from promptevo.optim.propose.induce import SEGMENT as INDUCED_SEGMENT
-from promptevo.optim.propose.induce import induce, load_phrases, render
-from promptevo.optim.propose.mutator import propose_detailed
-from promptevo.optim.propose.rules import segment_name as rule_segment
-from promptevo.optim.propose.rules import write_rules
-from promptevo.optim.propose.pruner import prompt_tokens, propose_prunes, prunable_segments
+from promptevo.optim.propose.hints import HintLibrary, HintLibraryError, builtin_path, load_hints
+from promptevo.optim.propose.schedule import propose_children
 from promptevo.optim.reflect.analyzer import Analysis, analyze, build_analyzer_messages
 from promptevo.optim.reflect.expert import collect as collect_expert
 from promptevo.optim.reflect.expert import render_clusters, states_of
 from promptevo.optim.reflect.llm_json import estimate_tokens
 from promptevo.optim.screen import choose_states, screen
 from promptevo.optim.selection import max_score_of
-from promptevo.segments import Edit, PromptSet, apply_edit
+from promptevo.segments import PromptSet
 from promptevo.tasks import TaskConfig, make_env
 
 log = logging.getLogger(__name__)
@@ -53,11 +37,6 @@ log = logging.getLogger(__name__)
 AgentBuilder = Callable[[str, "PromptSet | None"], Callable[[], Any]]
 Runner = Callable[..., list[Any]]
 Warn = Callable[[str], None]
-
-#: how many segments the delete operator ablates per generation, and on how many evidence seeds
-ABLATE_SEGMENTS = 3
-ABLATE_SEEDS = 4
-
 
 def choose_evidence(mode: str, cards_above: int, raw_prompt_tokens: int | None) -> str:
     """What the analyzer reads: ``mode`` unless it is ``auto``, which picks evidence cards when the raw
@@ -182,13 +161,13 @@ class TextGameAdapter:
 
             cards = build_cards(parent, episodes, self.opt_gw, env_instructions=self.env_instructions,
                                 temperature=cfg.optimizer_temperature, max_tokens=min(1024, cfg.optimizer_max_tokens),
-                                seed=cfg.seed * 1000 + generation)
+                                seed=optimizer_seed(cfg.seed, generation))
             out["cards"] = cards.to_dict()
             out["usage"]["cards"] = dict(cards.usage)
         analysis = analyze(parent, episodes, self.opt_gw, max_trajectories=cfg.max_trajectories,
                            max_steps_shown=cfg.max_steps_shown, env_instructions=self.env_instructions,
                            history=history, temperature=cfg.optimizer_temperature,
-                           max_tokens=cfg.optimizer_max_tokens, seed=cfg.seed * 1000 + generation, evidence=cards,
+                           max_tokens=cfg.optimizer_max_tokens, seed=optimizer_seed(cfg.seed, generation), evidence=cards,
                            signatures=sig_text)
         out["analysis"] = analysis.model_dump(mode="json")
         out["usage"]["analyzer"] = dict(analysis.usage)
@@ -236,55 +215,11 @@ class TextGameAdapter:
         return self._skills
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: ProposalContext) -> ProposalBatch:
-        if ctx.mode == "prune":
-            return self._propose_prunes(parent, ctx)
-        batch = ProposalBatch(proposals=[])
-        want = ctx.n
-        if self.cfg.skills and self.cfg.skill_children > 0:
-            batch.proposals += self._skill_children(parent, ctx, min(self.cfg.skill_children, want))
-        ops = [op for op in self.cfg.operators]
-        quota = _quotas(ops, want - len(batch.proposals))
-        sig_kinds = [s["kind"] for s in evidence.get("signatures", [])]
-        for op in ops:
-            if op != "mutate":
-                self._run_operator(op, parent, evidence, ctx, quota.get(op, 0), batch, sig_kinds)
-        # the LLM mutator fills what the other operators could not
-        n_llm = want - len(batch.proposals)
-        if n_llm > 0 and "mutate" in ops:
-            analysis = Analysis.model_validate(evidence["analysis"]) if evidence.get("analysis") else None
-            skills_text = None
-            if self.cfg.skills:
-                from promptevo.optim.propose.skills import render
-
-                lib = self.skill_library()
-                chosen = lib.select(self.task.name, self.task.family, parent, k=3)
-                skills_text = render(chosen) if chosen else None
-            props = propose_detailed(parent, analysis, self.opt_gw, n=n_llm, history=ctx.history, tried=ctx.tried,
-                                     env_instructions=self.env_instructions,
-                                     temperature=self.cfg.optimizer_temperature,
-                                     max_tokens=self.cfg.optimizer_max_tokens, seed=self.cfg.seed * 1000 + ctx.generation,
-                                     skills=skills_text, expert=render_clusters(evidence.get("expert") or {}))
-            batch.usage["mutator"] = dict(props.usage)
-            batch.record["mutation"] = props.to_dict()
-            for e in props.edits:
-                child = apply_edit(parent, e)
-                ctx.tried.add(child.fingerprint())
-                batch.proposals.append(Proposal(child, "mutate", e.to_dict()))
-            if props.rejected:
-                batch.log.append(f"{len(props.rejected)} mutator edits rejected")
-            if props.error and not props.edits:
-                batch.log.append(f"mutator: {props.error}")
-        # a weak optimizer LLM often returns nothing usable: the other operators fill the free slots
-        for op in ops:
-            free = want - len(batch.proposals)
-            if free <= 0:
-                break
-            if op != "mutate":
-                before = len(batch.proposals)
-                self._run_operator(op, parent, evidence, ctx, free, batch, sig_kinds)
-                if len(batch.proposals) > before:
-                    batch.log.append(f"{op} filled {len(batch.proposals) - before} slot(s) the mutator left")
-        self._screen(parent, evidence, batch)
+        """Children from the registered operators the run names (:mod:`~promptevo.optim.propose.schedule`),
+        then the screen on recorded states."""
+        batch = propose_children(parent, evidence, ctx, self, self.cfg.operators)
+        if ctx.mode != "prune":
+            self._screen(parent, evidence, batch)
         return batch
 
     # -- screen -------------------------------------------------------------------------------------
@@ -332,205 +267,6 @@ class TextGameAdapter:
             for env in envs.values():
                 env.close()
         batch.record["screen"] = {"mode": self.cfg.screen, "states": len(states), "children": rows, **cost}
-
-    def _run_operator(self, op: str, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,
-                      batch: ProposalBatch, sig_kinds: list[str]) -> None:
-        """Add up to ``k`` children of one non-LLM operator to ``batch``."""
-        if k <= 0:
-            return
-        if op == "hints":
-            lib = self.hint_library()
-            tried_hints = {((h.get("source") or {}).get("hint")) for h in ctx.history}
-            tried_hints |= {(p.source or {}).get("hint") for p in batch.proposals}
-            for hint, edit, child in propose_hints(parent, lib, task=self.task.name, n=k, tried=ctx.tried,
-                                                   signature_kinds=sig_kinds, skip=tried_hints):
-                batch.proposals.append(Proposal(child, "hint", edit.to_dict(), {"hint": hint.id, "author": "person"}))
-        elif op == "induce":
-            if "induce" not in batch.record:  # one table per generation, however many slots are free
-                self._induced_child(parent, evidence, ctx, batch)
-        elif op == "rules":
-            if "rules" not in batch.record:
-                self._rule_children(parent, evidence, ctx, k, batch)
-        elif op == "crossover":
-            for other, child in propose_crossovers(parent, ctx.archive, parent_id=ctx.archive_parent, n=k,
-                                                   tried=ctx.tried, seed=ctx.seed):
-                batch.proposals.append(Proposal(child, "crossover", None, {"parents": [ctx.archive_parent, other]}))
-        elif op == "delete":
-            batch.proposals += self._ablation_deletions(parent, evidence, ctx, k, batch)
-
-    def _induced_child(self, parent: PromptSet, evidence: dict, ctx: ProposalContext, batch: ProposalBatch) -> None:
-        """One child from a rule table fitted to the expert's actions (:mod:`~promptevo.optim.propose.induce`),
-        or one log line saying why there is none."""
-        expert = evidence.get("expert") or {}
-        if not expert.get("available"):
-            batch.record["induce"] = {"reason": "no expert for this game"}
-            batch.log.append("induce: no expert for this game, no child")
-            return
-        ind = induce(states_of(expert))
-        record = ind.to_dict()
-        batch.record["induce"] = record
-        if not ind.useful or ind.table is None:
-            batch.log.append(f"induce: {ind.reason}; no child")
-            return
-        rule, fmt = render(ind.table, load_phrases())
-        record["rule"], record["format"] = rule, fmt
-        module = acting_module(parent)
-        fmt_edit = format_rewrite(parent, module, fmt, "induced rule: the answer fields it reads")
-        if fmt_edit is None:
-            batch.log.append(f"induce: module {module!r} has no answer format with <|ACTION|> to write the features "
-                             "in before the action; no child")
-            return
-        why = (f"fitted to {ind.n_fit + ind.n_heldout} expert-labelled states; held-out accuracy {ind.accuracy:.0%} "
-               f"vs {ind.majority:.0%} for the majority action (n = {ind.n_heldout})")
-        edit = rule_edit(parent, module, INDUCED_SEGMENT, rule, why)
-        try:
-            child = apply_edit(apply_edit(parent, edit), fmt_edit)
-        except ValueError as e:
-            batch.log.append(f"induce: the rendered rule does not fit the prompt ({e}); no child")
-            return
-        if child.fingerprint() in ctx.tried:
-            batch.log.append("induce: the same rule as a child tried before; no child")
-            return
-        ctx.tried.add(child.fingerprint())
-        batch.proposals.append(Proposal(child, "induce", edit.to_dict(), {"author": "machine", "induce": record}))
-
-    def _rule_children(self, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,
-                       batch: ProposalBatch) -> None:
-        """Up to ``k`` children, each one rule the optimizer LLM wrote for one disagreement cluster
-        (:mod:`~promptevo.optim.propose.rules`), or a log line saying why there is none."""
-        clusters = (evidence.get("expert") or {}).get("clusters") or []
-        if not clusters:
-            batch.record["rules"] = {"note": "no disagreement clusters"}
-            batch.log.append("rules: no disagreement clusters with the expert (no expert, or the agent agrees); no child")
-            return
-        tried = [str((h.get("edit") or {}).get("text") or "") for h in ctx.history]
-        env = self.env_factory(self.task)
-        try:
-            env.reset(self.task.seed_list("train")[0])
-            actions = env.action_space().describe()
-        finally:
-            env.close()
-        rnd = write_rules(clusters, self.opt_gw, actions=actions, tried=tried, samples=self.cfg.rule_samples,
-                          temperature=self.cfg.optimizer_temperature, seed=self.cfg.seed * 1000 + ctx.generation)
-        batch.record["rules"] = rnd.to_dict()
-        batch.usage["rules"] = dict(rnd.usage)
-        module = acting_module(parent)
-        made = 0
-        for sample in rnd.kept:
-            if made >= k:
-                break
-            edit = rule_edit(parent, module, rule_segment(sample.rule), sample.rule,
-                             f"written by the optimizer for disagreement cluster {sample.cluster}")
-            try:
-                child = apply_edit(parent, edit)
-                fmt = format_rewrite(child, module, sample.format, "the answer shape the rule needs") if sample.format else None
-                if fmt is not None:
-                    child = apply_edit(child, fmt)
-            except ValueError:
-                continue
-            if child.fingerprint() in ctx.tried:
-                continue
-            ctx.tried.add(child.fingerprint())
-            batch.proposals.append(Proposal(child, "rule", edit.to_dict(), {"author": "machine", "cluster": sample.cluster,
-                                                                           "format": sample.format}))
-            made += 1
-        dropped = len(rnd.samples) - len(rnd.kept)
-        batch.log.append(f"rules: {len(rnd.samples)} written, {dropped} dropped before any episode"
-                         + (f" ({'; '.join(sorted({s.reason for s in rnd.samples if not s.kept}))})" if dropped else "")
-                         + (f"; {len(rnd.errors)} unusable replies" if rnd.errors else ""))
-
-    def _propose_prunes(self, parent: PromptSet, ctx: ProposalContext) -> ProposalBatch:
-        props = propose_prunes(parent, self.opt_gw, n=ctx.n, history=ctx.history, tried=ctx.tried,
-                               stats=ctx.parent_stats, env_instructions=self.env_instructions,
-                               temperature=self.cfg.optimizer_temperature,
-                               max_tokens=min(1024, self.cfg.optimizer_max_tokens),
-                               seed=self.cfg.seed * 1000 + ctx.generation)
-        before = prompt_tokens(parent)
-        batch = ProposalBatch(proposals=[], usage={"pruner": dict(props.usage)}, record={"pruning": props.to_dict()})
-        for e in props.edits:
-            child = apply_edit(parent, e)
-            ctx.tried.add(child.fingerprint())
-            batch.proposals.append(Proposal(child, "prune", e.to_dict(), prompt_tokens_saved=before - prompt_tokens(child)))
-        return batch
-
-    def _skill_children(self, parent: PromptSet, ctx: ProposalContext, k: int) -> list[Proposal]:
-        from promptevo.optim.propose.skills import skill_edit
-
-        lib = self.skill_library()
-        out = []
-        for sk in lib.select(self.task.name, self.task.family, parent, k=3):
-            if len(out) >= k:
-                break
-            e = skill_edit(sk, parent)
-            child = apply_edit(parent, e)
-            if sk.format:  # the answer shape the rule was found with
-                fmt = format_rewrite(child, e.module, sk.format, f"skill {sk.id}: the answer shape it needs")
-                child = apply_edit(child, fmt) if fmt is not None else child
-            if child.fingerprint() in ctx.tried:
-                continue
-            ctx.tried.add(child.fingerprint())
-            out.append(Proposal(child, "skill", e.to_dict(), {"skill": sk.id, "author": sk.author}))
-        return out
-
-    def _ablation_deletions(self, parent: PromptSet, evidence: dict, ctx: ProposalContext, k: int,
-                            batch: ProposalBatch) -> list[Proposal]:
-        """Play the parent without each of a few prunable segments on some evidence seeds (counterfactual
-        ablation) and propose deleting those whose removal did not lower the score, best first."""
-        if ctx.evaluate is None or not ctx.evidence_seeds:
-            return []
-        candidates = prunable_segments(parent)
-        hurt = []
-        for a in ((evidence.get("analysis") or {}).get("attributions") or []):
-            if a.get("effect") == "hurt" and a.get("segment"):
-                hurt.append((a["module"], a["segment"]))
-        tried_del = {((h.get("edit") or {}).get("module"), (h.get("edit") or {}).get("segment"))
-                     for h in ctx.history if (h.get("edit") or {}).get("op") == "delete"}
-        ordered = [t for t in hurt if t in candidates] + sorted(
-            (t for t in candidates if t not in hurt),
-            key=lambda t: -len(parent.module(t[0]).get(t[1]) or ""))
-        ordered = [t for t in dict.fromkeys(ordered) if t not in tried_del][:ABLATE_SEGMENTS]
-        seeds = list(ctx.evidence_seeds)[:ABLATE_SEEDS]
-        base = ctx.evaluate(parent, seeds)
-        rows = []
-        for module, seg in ordered:
-            edit = Edit(op="delete", module=module, segment=seg, rationale="counterfactual ablation")
-            try:
-                child = apply_edit(parent, edit)
-            except ValueError:
-                continue
-            if child.fingerprint() in ctx.tried:
-                continue
-            scores = ctx.evaluate(child, seeds)
-            common = [s for s in seeds if s in scores and s in base]
-            delta = sum(scores[s] - base[s] for s in common) / len(common) if common else 0.0
-            rows.append({"module": module, "segment": seg, "delta": delta, "n": len(common), "child": child})
-        batch.record["ablation"] = [{k2: v for k2, v in r.items() if k2 != "child"} for r in rows]
-        out = []
-        for r in sorted(rows, key=lambda r: -r["delta"]):
-            if len(out) >= k or r["delta"] < 0:
-                break
-            ctx.tried.add(r["child"].fingerprint())
-            edit = Edit(op="delete", module=r["module"], segment=r["segment"],
-                        rationale=f"ablation on {r['n']} seeds: removing it changed the score by {r['delta']:+.2f}")
-            out.append(Proposal(r["child"], "delete", edit.to_dict(),
-                                {"ablation": {"delta": r["delta"], "n": r["n"], "seeds": seeds}}))
-        return out
-
-
-def _quotas(ops: list[str], n: int) -> dict[str, int]:
-    """Children per operator: round-robin over the non-LLM operators first; ``mutate`` takes what is left
-    (and what the others could not fill)."""
-    others = [op for op in ops if op != "mutate"]
-    q = {op: 0 for op in ops}
-    if not others:
-        q["mutate"] = n
-        return q
-    share = n if "mutate" not in ops else max(1, n - 1) if n > 1 else n
-    for i in range(share):
-        q[others[i % len(others)]] += 1
-    if "mutate" in ops:
-        q["mutate"] = n - share
-    return q
 
 
 def _as_dict(r: Any) -> dict:

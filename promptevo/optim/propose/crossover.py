@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+from promptevo.optim.adapter import Proposal
+from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.segments import Prompt, PromptSet, Segment
 
 
@@ -61,3 +63,21 @@ def propose_crossovers(parent: PromptSet, archive: list[tuple[str, PromptSet]], 
                 out.append((other_id, child))
                 break
     return out
+
+
+class CrossoverOperator:
+    """``crossover``: a segment-wise mix of the parent and another accepted lineage."""
+
+    name = "crossover"
+    author = "machine"
+    reads = ("archive",)
+    summary = "a segment-wise mix of the parent and an accepted candidate of another lineage"
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        p = ctx.proposal
+        return [Proposal(child, "crossover", None, {"parents": [p.archive_parent, other]})
+                for other, child in propose_crossovers(parent, p.archive, parent_id=p.archive_parent, n=k,
+                                                       tried=ctx.tried, seed=p.seed)]
+
+
+register_operator(CrossoverOperator())

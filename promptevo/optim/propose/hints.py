@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from promptevo.errors import PromptevoError
+from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
+from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.resources import prompts_dir
 from promptevo.segments import Edit, PromptSet, apply_edit, sanitize_text
 
@@ -183,3 +185,25 @@ def propose_hints(prompts: PromptSet, library: HintLibrary, *, task: str, n: int
 
 def describe_library(library: HintLibrary) -> dict[str, Any]:
     return {"path": str(library.path), "hints": len(library.hints)}
+
+
+class HintsOperator:
+    """``hints``: one rule from the hint library per child (person-written game knowledge)."""
+
+    name = "hints"
+    author = "person"
+    reads = ("signatures",)
+    summary = ("one rule per child from the person-written hint library (prompts/hints/<family>.toml or --hints); "
+               "off in any claim about the optimizer")
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        lib = ctx.game.hint_library()
+        tried_hints = {((h.get("source") or {}).get("hint")) for h in ctx.proposal.history}
+        tried_hints |= {(p.source or {}).get("hint") for p in ctx.batch.proposals}
+        sig_kinds = [s["kind"] for s in evidence.get("signatures", [])]
+        return [Proposal(child, "hint", edit.to_dict(), {"hint": hint.id, "author": "person"})
+                for hint, edit, child in propose_hints(parent, lib, task=ctx.game.task.name, n=k, tried=ctx.tried,
+                                                       signature_kinds=sig_kinds, skip=tried_hints)]
+
+
+register_operator(HintsOperator())

@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.errors import PromptevoError
-from promptevo.optim.reflect.expert import LabelledState
+from promptevo.optim.adapter import Proposal
+from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
+from promptevo.optim.propose.registry import OperatorContext, register_operator
+from promptevo.optim.reflect.expert import LabelledState, states_of
 from promptevo.optim.reflect.features import (
     NONE,
     PLACEHOLDER,
@@ -43,6 +46,7 @@ from promptevo.optim.reflect.features import (
 )
 from promptevo.optim.reflect.llm_json import template_dir
 from promptevo.resources import shipped_dir
+from promptevo.segments import PromptSet, apply_edit
 
 #: fewest fitting states, held-out states, and the held-out gain over the majority action a child needs
 MIN_FIT = 12
@@ -96,6 +100,18 @@ class RuleTable:
         return {"root": self.root, "default": self.default, "none": self.none_action,
                 "branches": {v: (b if isinstance(b, str) else {"if": f"{b.feature} = {b.value}", "yes": b.yes,
                                                                 "no": b.no}) for v, b in self.branches.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RuleTable":
+        """The table :meth:`to_dict` wrote."""
+        branches: dict[str, str | Split] = {}
+        for v, b in (d.get("branches") or {}).items():
+            if isinstance(b, str):
+                branches[v] = b
+            else:
+                feature, value = str(b["if"]).split(" = ", 1)
+                branches[v] = Split(feature, value, b["yes"], b["no"])
+        return cls(str(d["root"]), branches, str(d["default"]), d.get("none"))
 
 
 def _majority(actions: Sequence[str]) -> str:
@@ -224,6 +240,7 @@ class Induction:
     left_out: int = 0  # states where no line names the mission's things
     none_accuracy: float | None = None  # of none_action on the left-out states
     slots: dict[str, str] = field(default_factory=dict)  # slot -> an example of the thing it names
+    vocab: Vocabulary | None = None  # the vocabulary the features were computed with
     reason: str = ""
 
     @property
@@ -234,7 +251,9 @@ class Induction:
         return {"table": self.table.to_dict() if self.table else None, "heldout_accuracy": self.accuracy,
                 "majority_accuracy": self.majority, "majority_action": self.majority_action,
                 "fit_states": self.n_fit, "heldout_states": self.n_heldout, "left_out_states": self.left_out,
-                "none_accuracy": self.none_accuracy, "slots": self.slots, "reason": self.reason or None}
+                "none_accuracy": self.none_accuracy, "slots": self.slots, "reason": self.reason or None,
+                "vocabulary": ({"structural": sorted(self.vocab.structural), "words": sorted(self.vocab.line_words)}
+                               if self.vocab else None)}
 
 
 def _heldout(seed: int) -> bool:
@@ -257,7 +276,7 @@ def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, 
     feats = [state_features(s.observation, s.mission, vocab) for s in uniq]
     rows = [(f, s.expert, s.seed) for f, s in zip(feats, uniq) if defined(f)]
     left = [(s.expert, s) for f, s in zip(feats, uniq) if not defined(f)]
-    out = Induction(left_out=len(left))
+    out = Induction(left_out=len(left), vocab=vocab)
     for s in uniq:
         for k, thing in enumerate(mission_slots(s.mission, vocab), 1):
             out.slots.setdefault(str(k), " ".join(thing))
@@ -377,5 +396,54 @@ def render(table: RuleTable, phrases: dict, *, action_tag: str = "<|ACTION|>the 
     return "\n".join(lines), "\n".join(fmt)
 
 
-__all__ = ["Induction", "InduceError", "RuleTable", "SEGMENT", "Split", "complexity", "fit_table", "induce",
-           "load_phrases", "render"]
+# -- the operator ----------------------------------------------------------------------------------------
+class InduceOperator:
+    """``induce``: one child per generation from a rule table fitted to the expert's actions, or one log
+    line saying why there is none."""
+
+    name = "induce"
+    author = "machine"
+    reads = ("expert",)
+    summary = ("a rule table fitted to the game's expert on labelled training states, with the answer format "
+               "that makes the agent write the features it reads (games with an expert)")
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        if "induce" in ctx.record:  # one table per generation, however many slots are free
+            return []
+        expert = evidence.get("expert") or {}
+        if not expert.get("available"):
+            ctx.record["induce"] = {"reason": "no expert for this game"}
+            ctx.log.append("induce: no expert for this game, no child")
+            return []
+        ind = induce(states_of(expert))
+        record = ind.to_dict()
+        ctx.record["induce"] = record
+        if not ind.useful or ind.table is None:
+            ctx.log.append(f"induce: {ind.reason}; no child")
+            return []
+        rule, fmt = render(ind.table, load_phrases())
+        record["rule"], record["format"] = rule, fmt
+        module = acting_module(parent)
+        fmt_edit = format_rewrite(parent, module, fmt, "induced rule: the answer fields it reads")
+        if fmt_edit is None:
+            ctx.log.append(f"induce: module {module!r} has no answer format with <|ACTION|> to write the features "
+                           "in before the action; no child")
+            return []
+        why = (f"fitted to {ind.n_fit + ind.n_heldout} expert-labelled states; held-out accuracy {ind.accuracy:.0%} "
+               f"vs {ind.majority:.0%} for the majority action (n = {ind.n_heldout})")
+        edit = rule_edit(parent, module, SEGMENT, rule, why)
+        try:
+            child = apply_edit(apply_edit(parent, edit), fmt_edit)
+        except ValueError as e:
+            ctx.log.append(f"induce: the rendered rule does not fit the prompt ({e}); no child")
+            return []
+        if not ctx.new_child(child):
+            ctx.log.append("induce: the same rule as a child tried before; no child")
+            return []
+        return [Proposal(child, "induce", edit.to_dict(), {"author": "machine", "induce": record})]
+
+
+register_operator(InduceOperator())
+
+__all__ = ["Induction", "InduceError", "InduceOperator", "RuleTable", "SEGMENT", "Split", "complexity", "fit_table",
+           "induce", "load_phrases", "render"]

@@ -19,6 +19,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from promptevo.agents.base import unknown_placeholders
+from promptevo.optim.adapter import Proposal
+from promptevo.optim.propose.registry import OperatorContext, register_operator
+from promptevo.optim.propose.skills import render as render_skills
+from promptevo.optim.reflect.expert import render_clusters
 from promptevo.optim.reflect.analyzer import Analysis, OP_ALIASES
 from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, example_strings, example_target, load_template, render_template
 from promptevo.optim.reflect.render import render_history
@@ -348,3 +352,41 @@ def propose(
     ``skills``: reusable rules learned on other tasks, shown to the optimizer as insertable ideas.
     """
     return propose_detailed(prompts, analysis, gateway, n=n, history=history, tried=tried, skills=skills, **kw).edits
+
+
+class MutateOperator:
+    """``mutate``: the optimizer LLM rewrites, adds or deletes one segment per child (reply forced to a JSON
+    schema), reading the analysis, the run's edit history, the expert comparison and library skills."""
+
+    name = "mutate"
+    author = "machine"
+    reads = ("analysis", "expert")
+    summary = ("the optimizer LLM rewrites, adds or deletes one segment per child (JSON schema); fills the slots "
+               "the other operators leave")
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        game, cfg = ctx.game, ctx.cfg
+        analysis = Analysis.model_validate(evidence["analysis"]) if evidence.get("analysis") else None
+        skills_text = None
+        if cfg.skills:
+            chosen = game.skill_library().select(game.task.name, game.task.family, parent, k=3)
+            skills_text = render_skills(chosen) if chosen else None
+        props = propose_detailed(parent, analysis, game.opt_gw, n=k, history=ctx.proposal.history, tried=ctx.tried,
+                                 env_instructions=game.env_instructions, temperature=cfg.optimizer_temperature,
+                                 max_tokens=cfg.optimizer_max_tokens, seed=ctx.seed, skills=skills_text,
+                                 expert=render_clusters(evidence.get("expert") or {}))
+        ctx.usage["mutator"] = dict(props.usage)
+        ctx.record["mutation"] = props.to_dict()
+        out = []
+        for e in props.edits:
+            child = apply_edit(parent, e)
+            ctx.tried.add(child.fingerprint())
+            out.append(Proposal(child, "mutate", e.to_dict()))
+        if props.rejected:
+            ctx.log.append(f"{len(props.rejected)} mutator edits rejected")
+        if props.error and not props.edits:
+            ctx.log.append(f"mutator: {props.error}")
+        return out
+
+
+register_operator(MutateOperator())

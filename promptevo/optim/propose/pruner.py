@@ -32,7 +32,9 @@ from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, exam
 from promptevo.optim.reflect.render import render_history
 from promptevo.optim.propose.mutator import MutatorReply, Proposals, check_edit, edit_parser
 from promptevo.llm.tokens import count_tokens
-from promptevo.segments import Edit, PromptSet, sanitize_text
+from promptevo.optim.adapter import Proposal
+from promptevo.optim.propose.registry import OperatorContext, register_operator
+from promptevo.segments import Edit, PromptSet, apply_edit, sanitize_text
 
 #: Placeholders filled in when the agent plays (agents.PLACEHOLDERS) plus ``{observation}``, which
 #: custom prompts may carry; a segment holding one is never pruned.
@@ -236,3 +238,32 @@ def propose_prunes(
         error = f"{err}; used {len(fallbacks)} deterministic fallback deletion(s)"
     return Proposals(edits=edits, rejected=state["rejected"], repaired=state["repaired"], raw=raw, error=error,
                      usage=usage, fallbacks=fallbacks)
+
+
+class PruneOperator:
+    """Scaffold pruning (pruning generations only): the pruner LLM's deletions and shortenings, with
+    deterministic deletions of the largest prunable segments when its reply is unusable."""
+
+    name = "prune"
+    author = "machine"
+    reads = ()
+    summary = "pruning generations: the optimizer deletes or shortens segments the policy no longer needs"
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        cfg, p = ctx.cfg, ctx.proposal
+        props = propose_prunes(parent, ctx.game.opt_gw, n=k, history=p.history, tried=ctx.tried,
+                               stats=p.parent_stats, env_instructions=ctx.game.env_instructions,
+                               temperature=cfg.optimizer_temperature, max_tokens=min(1024, cfg.optimizer_max_tokens),
+                               seed=ctx.seed)
+        before = prompt_tokens(parent)
+        ctx.usage["pruner"] = dict(props.usage)
+        ctx.record["pruning"] = props.to_dict()
+        out = []
+        for e in props.edits:
+            child = apply_edit(parent, e)
+            ctx.tried.add(child.fingerprint())
+            out.append(Proposal(child, "prune", e.to_dict(), prompt_tokens_saved=before - prompt_tokens(child)))
+        return out
+
+
+register_operator(PruneOperator())

@@ -30,8 +30,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from promptevo.optim.adapter import Proposal
+from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
+from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.reflect.features import tokens
 from promptevo.optim.reflect.llm_json import call_json, example_strings, load_template, render_template
+from promptevo.segments import PromptSet, apply_edit
 
 NEAR_DUPLICATE = 0.85
 MAX_RULE_CHARS = 400
@@ -152,5 +156,62 @@ def segment_name(rule: str) -> str:
     return "rule-" + hashlib.sha256(_norm(rule).encode()).hexdigest()[:6]
 
 
-__all__ = ["RuleReply", "RuleRound", "RuleSample", "check_rule", "instance_words", "near_duplicate",
+class RulesOperator:
+    """``rules``: up to ``k`` children, each one rule the optimizer LLM wrote for one disagreement cluster,
+    or a log line saying why there is none."""
+
+    name = "rules"
+    author = "machine"
+    reads = ("expert",)
+    summary = ("the optimizer LLM writes one rule per disagreement cluster with the game's expert (schema-forced, "
+               "instance-specific and already-tried rules dropped)")
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        if "rules" in ctx.record:
+            return []
+        clusters = (evidence.get("expert") or {}).get("clusters") or []
+        if not clusters:
+            ctx.record["rules"] = {"note": "no disagreement clusters"}
+            ctx.log.append("rules: no disagreement clusters with the expert (no expert, or the agent agrees); no child")
+            return []
+        game = ctx.game
+        tried = [str((h.get("edit") or {}).get("text") or "") for h in ctx.proposal.history]
+        env = game.env_factory(game.task)
+        try:
+            env.reset(game.task.seed_list("train")[0])
+            actions = env.action_space().describe()
+        finally:
+            env.close()
+        rnd = write_rules(clusters, game.opt_gw, actions=actions, tried=tried, samples=ctx.cfg.rule_samples,
+                          temperature=ctx.cfg.optimizer_temperature, seed=ctx.seed)
+        ctx.record["rules"] = rnd.to_dict()
+        ctx.usage["rules"] = dict(rnd.usage)
+        module = acting_module(parent)
+        out: list[Proposal] = []
+        for sample in rnd.kept:
+            if len(out) >= k:
+                break
+            edit = rule_edit(parent, module, segment_name(sample.rule), sample.rule,
+                             f"written by the optimizer for disagreement cluster {sample.cluster}")
+            try:
+                child = apply_edit(parent, edit)
+                fmt = format_rewrite(child, module, sample.format, "the answer shape the rule needs") if sample.format else None
+                if fmt is not None:
+                    child = apply_edit(child, fmt)
+            except ValueError:
+                continue
+            if not ctx.new_child(child):
+                continue
+            out.append(Proposal(child, "rule", edit.to_dict(), {"author": "machine", "cluster": sample.cluster,
+                                                               "format": sample.format}))
+        dropped = len(rnd.samples) - len(rnd.kept)
+        ctx.log.append(f"rules: {len(rnd.samples)} written, {dropped} dropped before any episode"
+                       + (f" ({'; '.join(sorted({s.reason for s in rnd.samples if not s.kept}))})" if dropped else "")
+                       + (f"; {len(rnd.errors)} unusable replies" if rnd.errors else ""))
+        return out
+
+
+register_operator(RulesOperator())
+
+__all__ = ["RuleReply", "RuleRound", "RuleSample", "RulesOperator", "check_rule", "instance_words", "near_duplicate",
            "segment_name", "write_rules"]

@@ -33,8 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from promptevo.errors import PromptevoError
 from promptevo.fileio import write_json_atomic
+from promptevo.optim.adapter import Proposal
+from promptevo.optim.propose.answer_format import format_rewrite
+from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS
-from promptevo.segments import Edit, PromptSet, check_name, sanitize_text
+from promptevo.segments import Edit, PromptSet, apply_edit, check_name, sanitize_text
 
 LIBRARY_VERSION = 1
 
@@ -424,3 +427,32 @@ def skill_id_from_rationale(rationale: str) -> str | None:
     """The skill id named by a :func:`skill_edit` rationale (to record the trial's outcome), else None."""
     m = re.search(r"\bskill ([0-9a-f]{12})\b", rationale or "")
     return m.group(1) if m else None
+
+
+class SkillsOperator:
+    """Library skills learned on other tasks (``--skills FILE``), scheduled before the other operators."""
+
+    name = "skills"
+    author = "machine"  # each child carries its skill's own author
+    reads = ()
+    summary = "a rule kept in the rule bank (--skills) by an earlier run, with the answer format it needs"
+
+    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+        lib = ctx.game.skill_library()
+        task = ctx.game.task
+        out = []
+        for sk in lib.select(task.name, task.family, parent, k=3):
+            if len(out) >= k:
+                break
+            e = skill_edit(sk, parent)
+            child = apply_edit(parent, e)
+            if sk.format:  # the answer shape the rule was found with
+                fmt = format_rewrite(child, e.module, sk.format, f"skill {sk.id}: the answer shape it needs")
+                child = apply_edit(child, fmt) if fmt is not None else child
+            if not ctx.new_child(child):
+                continue
+            out.append(Proposal(child, "skill", e.to_dict(), {"skill": sk.id, "author": sk.author}))
+        return out
+
+
+register_operator(SkillsOperator())

@@ -62,6 +62,11 @@ class Vocabulary:
     def to_dict(self) -> dict:
         return {"structural": sorted(self.structural), "line_words": len(self.line_words)}
 
+    @classmethod
+    def from_words(cls, words: Iterable[str], structural: Iterable[str]) -> "Vocabulary":
+        """The vocabulary an induction record stored (``{"words": [...], "structural": [...]}``)."""
+        return cls(frozenset(words), frozenset(structural))
+
 
 def vocabulary(observations: Iterable[str], *, share: float = STRUCTURAL_SHARE) -> Vocabulary:
     """The vocabulary of a set of observations (each line counted once per observation)."""
