@@ -18,9 +18,8 @@ from promptevo.agents.actions import (
     parse_plain_action,
     parse_tagged_action,
     plain_action_grammar,
-    tagged_action_grammar,
 )
-from promptevo.agents.base import Agent, AgentError, Decision, render_module
+from promptevo.agents.base import Agent, AgentError, Decision, answer_grammar, render_module
 from promptevo.envs.base import TextEnv
 from promptevo.segments import PromptSet
 
@@ -124,4 +123,4 @@ class RobustCoTAgent(HistoryAgent):
         return parse_tagged_action(reply, self.space)
 
     def _grammar(self) -> str:
-        return tagged_action_grammar(self.space, self.think_chars)
+        return answer_grammar(self.prompts.module("system"), self.space, self.think_chars)

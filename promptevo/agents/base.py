@@ -20,7 +20,16 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from promptevo.agents.actions import default_think_chars
+from promptevo.agents.actions import default_think_chars, tagged_action_grammar
+from promptevo.agents.answer_fields import (
+    DIRECTIVE_SEGMENTS,
+    GRAMMAR_SEGMENT,
+    SLOT_PLACEHOLDERS,
+    SLOT_WORDS_SEGMENT,
+    fill_slots,
+    grammar_of,
+    parse_slot_words,
+)
 from promptevo.envs.base import ActionSpace, TextEnv
 from promptevo.errors import PromptevoError
 from promptevo.segments import Prompt, PromptSet
@@ -30,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from promptevo.llm.types import Completion
 
 FORMAT_SEGMENT = "format"
-PLACEHOLDERS = ("{mission}", "{actions}", "{instructions}")
+PLACEHOLDERS = ("{mission}", "{actions}", "{instructions}") + SLOT_PLACEHOLDERS
 
 
 class AgentError(PromptevoError, ValueError):
@@ -80,13 +89,29 @@ def fill_placeholders(text: str, *, mission: str, env: TextEnv) -> str:
 
 
 def render_module(prompt: Prompt, *, mission: str, env: TextEnv, split_format: bool) -> tuple[str, str]:
-    """(instruction text, per-turn format text); the latter is '' unless ``split_format``."""
+    """(instruction text, per-turn format text); the latter is '' unless ``split_format``. Directive
+    segments (:data:`~promptevo.agents.answer_fields.DIRECTIVE_SEGMENTS`) are not sent; ``{slotK}`` is the
+    mission's k-th thing (the module's ``slot-words``)."""
     if split_format:
-        body = prompt.render(skip={FORMAT_SEGMENT})
+        body = prompt.render(skip={FORMAT_SEGMENT} | DIRECTIVE_SEGMENTS)
         fmt = prompt.get(FORMAT_SEGMENT) or ""
     else:
-        body, fmt = prompt.render(), ""
-    return (fill_placeholders(body, mission=mission, env=env), fill_placeholders(fmt, mission=mission, env=env))
+        body, fmt = prompt.render(skip=DIRECTIVE_SEGMENTS), ""
+    words = parse_slot_words(prompt.get(SLOT_WORDS_SEGMENT) or "") or None
+    return tuple(fill_slots(fill_placeholders(t, mission=mission, env=env), mission, words)  # type: ignore[return-value]
+                 for t in (body, fmt))
+
+
+def answer_grammar(prompt: Prompt, space: ActionSpace, think_chars: int | None) -> str:
+    """The grammar of a tagged-action reply for ``prompt``: its ``answer-grammar`` fields when it has
+    them (a malformed one falls back to free reasoning), else reasoning then the action block."""
+    spec = prompt.get(GRAMMAR_SEGMENT)
+    if spec:
+        try:
+            return grammar_of(spec, space.gbnf_rules())
+        except ValueError:
+            pass
+    return tagged_action_grammar(space, think_chars)
 
 
 def _wants_constraint(gateway: Any, constrained: bool | None) -> bool:

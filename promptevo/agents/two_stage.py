@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from promptevo.agents.actions import parse_tagged_action, tagged_action_grammar
-from promptevo.agents.base import Agent, Decision, render_module
+from promptevo.agents.actions import parse_tagged_action
+from promptevo.agents.base import Agent, Decision, answer_grammar, render_module
 from promptevo.envs.base import TextEnv
 from promptevo.segments import PromptSet
 
@@ -74,7 +74,7 @@ class TwoStageAgent(Agent):
             {"role": "system", "content": self._sys_actor},
             {"role": "user", "content": f"{head}\n\nDescription:\n{description}"},
         ]
-        a, a_rec = self._complete("actor", a_msgs, tagged_action_grammar(self.space, self.think_chars))
+        a, a_rec = self._complete("actor", a_msgs, answer_grammar(self.prompts.module("actor"), self.space, self.think_chars))
         action, parsed = parse_tagged_action(a.text, self.space)
         self._recent.append(action if parsed else "(invalid reply)")
         return Decision(action=action, reply=a.text, calls=[d_rec, a_rec], parsed=parsed, description=description)

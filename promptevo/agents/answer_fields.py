@@ -1,0 +1,149 @@
+"""Answers in fields ("Line: ...", "Last word: ...", then the action), the grammar that forces them, and
+the mission's things filled into a prompt per episode.
+
+Two *directive* segments change how an agent works without being sent to the model (they are kept in the
+prompt, exported and reported like any other segment, so such an edit is never hidden):
+
+* ``answer-grammar`` - the answer's fields, one per line, ``Label: <text>`` (a copied line of text) or
+  ``Label: a | b | c`` (one of these values), and a last line ``<|ACTION|>``. Where the agent decodes with
+  a grammar (``local/`` models), :func:`grammar_of` compiles it to GBNF so a reply is always these
+  fields in this order, then one valid action: always parseable and short.
+* ``slot-words`` - the words that name things in this game's observations, comma separated. A prompt's
+  ``{slot1}``, ``{slot2}``, ``{slot3}`` are replaced per episode by the mission's first, second and third
+  thing (:func:`mission_things`: the runs of the mission's words that are slot words), e.g. "the red
+  ball". Only the episode's mission text is read, never the env's state. A mission with fewer things
+  leaves the slot's generic text and says so once (a warning in the log).
+
+:func:`read_fields` reads the fields an agent wrote, for the compliance analysis.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+
+from promptevo.envs.base import gbnf_literal
+
+log = logging.getLogger(__name__)
+
+GRAMMAR_SEGMENT = "answer-grammar"
+SLOT_WORDS_SEGMENT = "slot-words"
+DIRECTIVE_SEGMENTS = frozenset({GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT})
+SLOT_PLACEHOLDERS = ("{slot1}", "{slot2}", "{slot3}")
+TEXT_FIELD = "<text>"
+#: longest copied line a grammar allows (characters)
+TEXT_CHARS = 100
+#: what a slot reads when the mission does not name that many things
+GENERIC_SLOTS = ("the first thing your mission names", "the second thing your mission names",
+                 "the third thing your mission names")
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_warned: set[tuple[int, int]] = set()
+
+
+class AnswerSpecError(ValueError):
+    """A malformed ``answer-grammar`` segment; ``str(e)`` is one line."""
+
+
+# -- fields -----------------------------------------------------------------------------------------
+def parse_spec(text: str) -> list[tuple[str, list[str] | None]]:
+    """``[(label, values or None for a copied text)]`` of an ``answer-grammar`` segment."""
+    fields: list[tuple[str, list[str] | None]] = []
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines or lines[-1] != "<|ACTION|>":
+        raise AnswerSpecError("answer-grammar: the last line must be <|ACTION|>")
+    for ln in lines[:-1]:
+        if ":" not in ln:
+            raise AnswerSpecError(f"answer-grammar: {ln!r} is not 'Label: <text>' or 'Label: a | b'")
+        label, spec = (x.strip() for x in ln.split(":", 1))
+        if not label or "<|" in label:
+            raise AnswerSpecError(f"answer-grammar: {ln!r} has no usable label")
+        if spec == TEXT_FIELD:
+            fields.append((label, None))
+        else:
+            values = [v.strip() for v in spec.split("|") if v.strip()]
+            if not values:
+                raise AnswerSpecError(f"answer-grammar: {ln!r} lists no values")
+            fields.append((label, values))
+    return fields
+
+
+def spec_text(fields: Sequence[tuple[str, Sequence[str] | None]]) -> str:
+    """The ``answer-grammar`` segment text of ``fields``."""
+    lines = [f"{label}: {TEXT_FIELD if values is None else ' | '.join(values)}" for label, values in fields]
+    return "\n".join(lines + ["<|ACTION|>"])
+
+
+def grammar_of(spec: str, action_rules: str) -> str:
+    """GBNF for replies in the fields of ``spec`` (an ``answer-grammar`` text), then ``<|ACTION|>`` one
+    valid action ``<|END|>``; ``action_rules`` define the rule ``action`` (``ActionSpace.gbnf_rules()``)."""
+    parts, rules = [], []
+    for i, (label, values) in enumerate(parse_spec(spec)):
+        name = f"f{i}"
+        parts += [gbnf_literal(f"{label}: "), name, '"\\n"']
+        if values is None:
+            rules.append(f"{name} ::= [^\\n<]{{1,{TEXT_CHARS}}}")
+        else:
+            rules.append(f"{name} ::= " + " | ".join(gbnf_literal(v) for v in values))
+    root = "root ::= " + " ".join(parts + [gbnf_literal("<|ACTION|>"), "action", gbnf_literal("<|END|>")])
+    return "\n".join([root] + rules) + "\n" + action_rules
+
+
+def read_fields(reply: str, labels: Iterable[str]) -> dict[str, str | None]:
+    """The value written after each ``Label:`` (first occurrence, up to the line's end or an action tag),
+    lowercased and stripped of quotes and a final full stop; None for a label the reply does not have."""
+    out: dict[str, str | None] = {}
+    for label in labels:
+        m = re.search(rf"(?im)^\s*[*_-]*\s*{re.escape(label)}\s*[*_]*\s*:\s*(.*)$", reply or "")
+        if m is None:
+            out[label] = None
+            continue
+        v = m.group(1).split("<|", 1)[0].strip(" *_`\"'\t")
+        out[label] = v.rstrip(".").strip(" *_`\"'\t").lower()
+    return out
+
+
+# -- mission slots ------------------------------------------------------------------------------------
+def parse_slot_words(text: str) -> frozenset[str]:
+    return frozenset(w for w in (x.strip().lower() for x in re.split(r"[,\n]", text or "")) if w)
+
+
+def mission_things(mission: str, words: frozenset[str]) -> list[str]:
+    """The things a mission names, in order: maximal runs of its words that are slot words."""
+    out: list[str] = []
+    run: list[str] = []
+    for w in _WORD.findall((mission or "").lower()) + [""]:
+        if w and w in words:
+            run.append(w)
+            continue
+        if run and " ".join(run) not in out:
+            out.append(" ".join(run))
+        run = []
+    return out
+
+
+def fill_slots(text: str, mission: str, words: frozenset[str] | None) -> str:
+    """``text`` with ``{slotK}`` replaced by "the <k-th thing of the mission>" (generic text, and one
+    warning, where the mission names fewer things or there are no slot words)."""
+    if "{slot" not in text:
+        return text
+    things = mission_things(mission, words) if words else []
+    for k, ph in enumerate(SLOT_PLACEHOLDERS):
+        if ph not in text:
+            continue
+        if k < len(things):
+            text = text.replace(ph, f"the {things[k]}")
+        else:
+            key = (hash(words), k)  # once per slot-word set and slot, however many missions
+            if key not in _warned:
+                _warned.add(key)
+                log.warning("slot filler: mission %r names no thing %d (slot words: %s); the slot keeps its generic "
+                            "text (said once)", mission, k + 1, "none" if not words else len(words))
+            text = text.replace(ph, GENERIC_SLOTS[k])
+    return text
+
+
+__all__ = ["AnswerSpecError", "DIRECTIVE_SEGMENTS", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
+           "SLOT_WORDS_SEGMENT", "TEXT_FIELD", "fill_slots", "grammar_of", "mission_things", "parse_slot_words",
+           "parse_spec", "read_fields", "spec_text"]
