@@ -129,6 +129,7 @@ def _step_record(t: int, obs: str, decision: Any, step: Any, keep: bool, keep_me
         "executed_action": step.info.get("executed_action", decision.action),
         "reply": reply,
         "parsed": decision.parsed,
+        "truncated": any(bool(c.get("truncated")) for c in decision.calls),  # a reply cut by the token cap
         "valid": bool(step.info.get("valid_action", True)),
         "reward": step.reward,
         "done": step.done,

@@ -63,7 +63,7 @@ class LabelledState:
                    agent=d.get("agent"), valid=bool(d.get("valid", True)))
 
 
-class _Problems:
+class Problems:
     """One line per distinct problem (per mission), capped."""
 
     def __init__(self) -> None:
@@ -76,7 +76,7 @@ class _Problems:
             self.lines.append(line)
 
 
-def _ask(env: Any, seed: int, t: int, mission: str, problems: _Problems) -> str | None:
+def _ask(env: Any, seed: int, t: int, mission: str, problems: Problems) -> str | None:
     try:
         action = env.expert_action()
     except ExpertError as e:
@@ -89,7 +89,7 @@ def _ask(env: Any, seed: int, t: int, mission: str, problems: _Problems) -> str 
     return action if isinstance(action, str) and action else None
 
 
-def label_episode(task: TaskConfig, episode: dict, problems: _Problems, *,
+def label_episode(task: TaskConfig, episode: dict, problems: Problems, *,
                   env_factory: Callable[[TaskConfig], Any] = make_env) -> list[LabelledState]:
     """The states of a played episode, each with the expert's action, by replaying its actions."""
     seed = int(episode["seed"])
@@ -117,7 +117,7 @@ def label_episode(task: TaskConfig, episode: dict, problems: _Problems, *,
     return out
 
 
-def expert_episode(task: TaskConfig, seed: int, problems: _Problems, *,
+def expert_episode(task: TaskConfig, seed: int, problems: Problems, *,
                    env_factory: Callable[[TaskConfig], Any] = make_env) -> list[LabelledState]:
     """The states of an episode the expert plays itself (until it ends or the expert cannot go on)."""
     env = env_factory(task)
@@ -227,7 +227,7 @@ def collect(task: TaskConfig, episodes: Sequence[dict], expert_seeds: Sequence[i
     if not task_has_expert(task, env_factory):
         return {"available": False, "note": f"env family {task.family!r} has no expert: expert evidence and "
                 "induced rules are skipped"}
-    problems = _Problems()
+    problems = Problems()
     agent_states: list[LabelledState] = []
     for ep in episodes:
         if ep.get("trajectory"):
@@ -255,5 +255,5 @@ def states_of(evidence: dict) -> list[LabelledState]:
     return [LabelledState.from_dict(d) for d in (evidence.get("states") or [])]
 
 
-__all__ = ["LabelledState", "agreement", "collect", "disagreement_clusters", "expert_episode", "label_episode",
+__all__ = ["LabelledState", "Problems", "agreement", "collect", "disagreement_clusters", "expert_episode", "label_episode",
            "render_clusters", "states_of", "task_has_expert", "unique"]

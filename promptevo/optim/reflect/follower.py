@@ -1,0 +1,143 @@
+"""A program that follows an induced rule exactly (the *perfect follower*), and what it scores.
+
+Separates a rule from its execution: :func:`play` plays a :class:`~promptevo.optim.propose.induce.RuleTable`
+(plus an :class:`Explorer` for states where no line names the mission's things) in fresh envs, reading the
+same text features the agent is asked to write (:mod:`promptevo.optim.reflect.features`), with no LLM. Its
+success rate is the rule's *ceiling*: what an agent that executes the rule without error would score.
+
+:func:`choose_explorer` picks the "no line" rule among candidates (each valid action as a constant, and
+"A up to k times in a row, then B" for the best constants) by simulating each on training seeds; the
+simplest within :data:`EXPLORER_TOLERANCE` of the best wins. An explorer that loops scores 0 and is never
+chosen over one that solves episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from promptevo.optim.reflect.features import Vocabulary, defined, state_features
+
+#: an explorer within this share of the best candidate's success is preferred when simpler
+EXPLORER_TOLERANCE = 0.02
+#: turns in a row the "A up to k times, then B" explorers try
+EXPLORER_TURNS = (1, 2, 3)
+
+
+class Table(Protocol):
+    def predict(self, feats: dict[str, str]) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Explorer:
+    """What to do where no line names the mission's things: ``action``; with ``turns`` > 0, after
+    ``turns`` such steps in a row, ``then`` once (and the count starts again)."""
+
+    action: str
+    turns: int = 0
+    then: str | None = None
+
+    def decide(self, streak: int) -> str:
+        if self.turns and self.then and streak >= self.turns:
+            return self.then
+        return self.action
+
+    @property
+    def complexity(self) -> int:
+        return 1 if not self.turns else 2
+
+    def to_dict(self) -> dict:
+        return {"action": self.action, "turns": self.turns, "then": self.then}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Explorer | None":
+        if not d or not d.get("action"):
+            return None
+        return cls(str(d["action"]), int(d.get("turns") or 0), d.get("then"))
+
+    def describe(self) -> str:
+        if not self.turns:
+            return self.action
+        return f"{self.action} up to {self.turns} times in a row, then {self.then}"
+
+
+def decide(table: Table, explorer: Explorer | None, observation: str, mission: str, vocab: Vocabulary,
+           streak: int) -> tuple[str | None, bool]:
+    """(the rule's action in this state, whether the explorer decided it)."""
+    feats = state_features(observation, mission, vocab)
+    if defined(feats) or explorer is None:
+        return table.predict(feats), False
+    return explorer.decide(streak), True
+
+
+def play_episode(env: Any, seed: int, table: Table, explorer: Explorer | None, vocab: Vocabulary,
+                 max_steps: int | None = None) -> dict:
+    """One episode of the follower: ``{seed, success, steps, explored}`` (``explored``: steps the explorer
+    decided)."""
+    obs, info = env.reset(int(seed))
+    mission = str(info.get("mission") or env.mission)
+    limit = env.max_steps if max_steps is None else min(env.max_steps, max_steps)
+    streak = explored = 0
+    success = False
+    t = 0
+    for t in range(1, limit + 1):
+        action, by_explorer = decide(table, explorer, obs, mission, vocab, streak)
+        if by_explorer:
+            explored += 1
+            streak = 0 if (explorer and explorer.turns and streak >= explorer.turns) else streak + 1
+        else:
+            streak = 0
+        step = env.step(action or env.default_action)
+        obs = step.observation
+        if step.done:
+            success = bool(step.info.get("success", step.reward > 0)) if step.terminated else False
+            break
+    return {"seed": int(seed), "success": success, "steps": t, "explored": explored}
+
+
+def play(task: Any, table: Table, explorer: Explorer | None, vocab: Vocabulary, seeds: Sequence[int], *,
+         env_factory: Callable[[Any], Any]) -> list[dict]:
+    """The follower on ``seeds`` (one fresh env each)."""
+    out = []
+    for s in seeds:
+        env = env_factory(task)
+        try:
+            out.append(play_episode(env, int(s), table, explorer, vocab, getattr(task, "max_steps", None)))
+        finally:
+            env.close()
+    return out
+
+
+def success_rate(rows: Sequence[dict]) -> float:
+    return sum(bool(r["success"]) for r in rows) / len(rows) if rows else 0.0
+
+
+def candidates(actions: Sequence[str], best: Sequence[str]) -> list[Explorer]:
+    """Constant explorers for every action, then "A up to k times, then B" for ordered pairs of ``best``."""
+    out = [Explorer(a) for a in actions]
+    for a in best:
+        for b in best:
+            if a != b:
+                out += [Explorer(a, k, b) for k in EXPLORER_TURNS]
+    return out
+
+
+def choose_explorer(task: Any, table: Table, vocab: Vocabulary, actions: Sequence[str], seeds: Sequence[int], *,
+                    env_factory: Callable[[Any], Any], tolerance: float = EXPLORER_TOLERANCE) -> tuple[Explorer, list[dict]]:
+    """The "no line" rule chosen by simulation on ``seeds``: every constant first, then two-step explorers
+    built from the two best constants; returns (the simplest within ``tolerance`` of the best, every
+    candidate's score)."""
+    scores: list[tuple[float, Explorer]] = []
+    for e in candidates(actions, []):
+        scores.append((success_rate(play(task, table, e, vocab, seeds, env_factory=env_factory)), e))
+    best2 = [e.action for _, e in sorted(scores, key=lambda x: -x[0])[:2]]
+    for e in candidates([], best2):
+        scores.append((success_rate(play(task, table, e, vocab, seeds, env_factory=env_factory)), e))
+    top = max(s for s, _ in scores)
+    chosen = min((x for x in scores if x[0] >= top - tolerance), key=lambda x: (x[1].complexity, -x[0]))[1]
+    return chosen, [{"explorer": e.describe(), "success": round(s, 4), "n": len(seeds)} for s, e in scores]
+
+
+__all__ = ["EXPLORER_TOLERANCE", "Explorer", "candidates", "choose_explorer", "decide", "play", "play_episode",
+           "success_rate"]
