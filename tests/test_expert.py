@@ -224,9 +224,9 @@ def test_collect_without_expert_and_with_a_broken_one():
 def test_replay_that_diverges_stops_labelling_that_episode():
     ep = _episode(1, ["pick up", "pick up"])
     ep["trajectory"][1]["observation"] = "something else"
-    from promptevo.optim.reflect.expert import _Problems
+    from promptevo.optim.reflect.expert import Problems
 
-    problems = _Problems()
+    problems = Problems()
     states = label_episode(make_task(), ep, problems, env_factory=ExpertPickupEnv)
     assert len(states) == 1 and "diverged" in problems.lines[0]
 
@@ -258,7 +258,7 @@ def test_screen_keeps_a_child_that_fixes_states_and_drops_one_that_changes_nothi
 def test_game_without_expert_still_optimizes_and_says_so(tmp_path):
     res = run(config(tmp_path, operators=["induce", "mutate"], generations=1))
     log = (res.run_dir / "run.log").read_text()
-    assert "induce: no expert for this game, no child" in log
+    assert "induce: no expert for this game; no child" in log
     assert res.report["rows"] and res.candidates[1].operator == "mutate"
 
 

@@ -59,6 +59,7 @@ from promptevo.optim.state import (
     RunError,
     RunState,
     RunStopped,
+    final_compliance,
     load_checkpoint,
     record_of,
     save_checkpoint,
@@ -645,11 +646,15 @@ class Engine:
         if cfg.ablate_best and not st.final.get("ablated"):
             self.ablate_best()
             st.final["ablated"] = True
-        sigs = {}
+        sigs, played = {}, {}
         for who, c in (("initial", st.initial), ("best", st.best)):
             eps = [e for s in ts if (e := self.store.get(c.fingerprint, s)) is not None]
             sigs[who] = signatures_to_dict(summarize_signatures(eps, family=getattr(self.task, "family", None)))
+            played[who] = (c, eps)
         st.final["signatures"] = sigs
+        analyse = getattr(self.adapter, "compliance", None)
+        if analyse is not None and (comp := final_compliance(st.candidates, played, analyse, self.warn)):
+            st.final["compliance"] = comp
         self.checkpoint()
 
     def ablate_best(self) -> list[dict]:

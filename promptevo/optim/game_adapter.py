@@ -23,9 +23,13 @@ from promptevo.optim.adapter import EpisodeCallback, ProposalBatch, ProposalCont
 from promptevo.optim.config import OptimizeConfig
 from promptevo.optim.propose.hints import HintLibrary, HintLibraryError, builtin_path, load_hints
 from promptevo.optim.propose.schedule import propose_children
+from promptevo.optim.propose.induce import RuleTable
 from promptevo.optim.reflect.analyzer import Analysis, analyze, build_analyzer_messages
+from promptevo.optim.reflect.compliance import analyse as analyse_compliance
+from promptevo.optim.reflect.expert import Problems, label_episode, render_clusters, states_of, task_has_expert
 from promptevo.optim.reflect.expert import collect as collect_expert
-from promptevo.optim.reflect.expert import render_clusters, states_of
+from promptevo.optim.reflect.features import Vocabulary
+from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.reflect.llm_json import estimate_tokens
 from promptevo.optim.screen import choose_states, screen
 from promptevo.optim.selection import max_score_of
@@ -188,6 +192,20 @@ class TextGameAdapter:
         for line in ev.get("problems") or []:
             self.warn_once(f"expert:{line.split(':', 1)[0]}:{line[:60]}", f"note: {line}")
         return ev
+
+    def compliance(self, rule: dict, episodes: list[dict]) -> dict:
+        """The compliance analysis (:mod:`~promptevo.optim.reflect.compliance`) of ``episodes`` played with a
+        prompt carrying the induced ``rule`` (an induction record), the expert's action of every step from
+        a replay of each episode."""
+        vocab = Vocabulary.from_words(rule["vocabulary"]["words"], rule["vocabulary"]["structural"])
+        experts: dict[tuple[int, int], str] = {}
+        if task_has_expert(self.task, self.env_factory):
+            problems = Problems()
+            for ep in episodes:
+                for s in label_episode(self.task, ep, problems, env_factory=self.env_factory):
+                    experts[(s.seed, s.t)] = s.expert
+        return analyse_compliance(episodes, vocab, RuleTable.from_dict(rule["table"]), rule["fields"],
+                                  explorer=Explorer.from_dict(rule.get("explorer")), experts=experts)
 
     # -- propose ------------------------------------------------------------------------------------
     def hint_library(self) -> HintLibrary | None:

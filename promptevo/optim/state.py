@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -184,6 +185,34 @@ def lineage(candidates: dict[str, Candidate], cid: str) -> list[Candidate]:
         out.append(candidates[cur])
         cur = candidates[cur].parent
     return list(reversed(out))
+
+
+def induced_rule(candidates: dict[str, Candidate], cid: str) -> tuple[str, dict] | None:
+    """(candidate id, induction record) of the newest candidate in ``cid``'s lineage whose edit wrote an
+    induced table into the prompts (``induce`` and the compile operators), or None."""
+    for c in reversed(lineage(candidates, cid)):
+        rec = (c.source or {}).get("induce")
+        if rec and rec.get("table") and rec.get("fields"):
+            return c.id, rec
+    return None
+
+
+def final_compliance(candidates: dict[str, Candidate], played: dict[str, tuple[Candidate, list]],
+                     analyse: Callable[[dict, list], dict], warn: Callable[[str], None]) -> dict[str, dict]:
+    """The compliance analysis (``analyse(induction record, episodes)``) of each ``who -> (candidate, its
+    test episodes)`` whose lineage carries an induced rule; a note for one that carries none. An analysis
+    that fails is warned about and left out (it must not lose a finished run)."""
+    out: dict[str, dict] = {}
+    for who, (c, eps) in played.items():
+        rule = induced_rule(candidates, c.id)
+        if rule is None:
+            out[who] = {"note": f"{c.id}'s prompts carry no induced rule"}
+            continue
+        try:
+            out[who] = {"candidate": c.id, "rule_of": rule[0], **analyse(rule[1], eps)}
+        except Exception as e:  # noqa: BLE001
+            warn(f"warning: compliance analysis of {c.id} failed ({type(e).__name__}: {e})")
+    return out
 
 
 #: operators whose edits carry game knowledge a person typed (the hint library, the initial prompts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from promptevo.evaluation.statistics import paired_test, summarize_records
 from promptevo.fileio import read_json, write_json_atomic, write_text_atomic
@@ -225,6 +225,7 @@ def build_report(engine: "Engine") -> dict:
         "stop_reason": st.stop_reason,
         "warnings": list(st.warnings),
         "signatures": st.final.get("signatures", {}),
+        "compliance": st.final.get("compliance", {}),
         "config": cfg.model_dump(),
         "strategies": strategy_summary(st),
     }
@@ -295,6 +296,30 @@ def _markdown(report: dict) -> str:
     if report.get("best_segments"):
         md += ["Segments of the best prompts and who wrote them: " + "; ".join(
             f"{r['segment']} ({r['operator']}, {r['author']})" for r in report["best_segments"]), ""]
+    comp = report.get("compliance") or {}
+    if any("decisions" in (comp.get(w) or {}) for w in ("initial", "best")):
+        md += ["## Compliance with the induced rule (test seeds)", "",
+               "Each decision of a prompt that carries an induced table, against the true field values and the "
+               "expert: correct; perception (a wrong value, owned by the answer format); lookup (right values, "
+               "another action: the rule segment); table (followed, the table is wrong there); format (a field "
+               "missing or outside its values, no action, a cut reply). Compliance = (correct + table) / decisions.",
+               "", "| prompts | decisions | compliance | in view | out of view | correct | perception | lookup | "
+               "table | format | most common errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for who in ("initial", "best"):
+            c = comp.get(who) or {}
+            if "decisions" not in c:
+                md.append(f"| {who} | - | {c.get('note', '-')} | | | | | | | | |")
+                continue
+            bv = c.get("by_view") or {}
+
+            def pct(x: Any) -> str:
+                return "-" if x is None else f"{x:.0%}"
+            kinds = "; ".join(f"{k} ({n})" for k, n in list((c.get("kinds") or {}).items())[:3]) or "-"
+            md.append(f"| {who} ({c.get('candidate')}) | {c['decisions']} | {pct(c['compliance'])} | "
+                      f"{pct((bv.get('in view') or {}).get('compliance'))} | "
+                      f"{pct((bv.get('out of view') or {}).get('compliance'))} | {c['correct']} | {c['perception']} | "
+                      f"{c['lookup']} | {c['table']} | {c['format']} | {kinds} |")
+        md.append("")
     sigs = report.get("signatures") or {}
     for who in ("initial", "best"):
         if sigs.get(who):

@@ -49,6 +49,10 @@ BUILTIN: dict[str, str] = {
     "delete": "promptevo.optim.propose.ablation",
     "crossover": "promptevo.optim.propose.crossover",
     "hints": "promptevo.optim.propose.hints",
+    "compile-vocab": "promptevo.optim.propose.compile_vocab",
+    "compile-slots": "promptevo.optim.propose.compile_slots",
+    "compile-grammar": "promptevo.optim.propose.compile_grammar",
+    "compile-demos": "promptevo.optim.propose.compile_demos",
     # not chosen with --operators: --skills adds library skills, pruning generations use the pruner
     "skills": "promptevo.optim.propose.skills",
     "prune": "promptevo.optim.propose.pruner",
@@ -90,6 +94,8 @@ class OperatorContext:
     proposal: ProposalContext
     game: GameServices
     batch: ProposalBatch = field(default_factory=lambda: ProposalBatch(proposals=[]))
+    #: what operators of one generation share and do not persist (e.g. the induced table, fitted once)
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cfg(self) -> Any:

@@ -1,0 +1,189 @@
+"""The agent executes the rule: compliance analysis, the compile operators' pieces (answer grammar, mission
+slots, demonstrations) and the "no line" explorer chosen by simulation.
+
+The LLM here is a test double (ScriptedLLM); nothing in this file stands in for a measured result.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from engine_doubles import CountingRunner, config, run
+from test_expert import TurnEnv, _rule_following_agent
+
+from promptevo.agents.answer_fields import (
+    GENERIC_SLOTS,
+    AnswerSpecError,
+    fill_slots,
+    grammar_of,
+    mission_things,
+    parse_slot_words,
+    parse_spec,
+    read_fields,
+    spec_text,
+)
+from promptevo.optim.propose.induce import Field, RuleTable, demonstrations, induce
+from promptevo.optim.reflect.compliance import analyse, classify, true_values
+from promptevo.optim.reflect.expert import collect, states_of
+from promptevo.optim.reflect.features import defined, state_features, vocabulary
+from promptevo.optim.reflect.follower import Explorer, choose_explorer, play, success_rate
+from promptevo.segments import Prompt, PromptSet, Segment
+from promptevo.tasks import load_task, make_env
+
+# -- compliance ---------------------------------------------------------------------------------------
+MISSION = "go to the red ball"
+IN_VIEW = "a wall 3 steps forward\na red ball 1 step left and 2 steps forward"
+OUT_OF_VIEW = "a wall 2 steps forward\na wall 1 step left"
+VOCAB = vocabulary([IN_VIEW, OUT_OF_VIEW, "a wall 4 steps forward\na blue key 1 step right",
+                    "a wall 1 step right\na grey box 2 steps left"])
+TABLE = RuleTable("1.last", {"forward": "go forward", "left": "turn left", "right": "turn right"}, "go forward",
+                  "turn left")
+FIELDS = [Field("Line", "the line", None, "1.line"),
+          Field("Last word", "its last word", ["forward", "left", "right", "none"], "1.last")]
+BALL = "a red ball 1 step left and 2 steps forward"
+
+
+def reply(line: str, last: str, action: str) -> str:
+    return f"Line: {line}\nLast word: {last}\n<|ACTION|>{action}<|END|>"
+
+
+def step(obs: str, text: str, action: str, t: int = 0, **extra) -> dict:
+    return {"t": t, "observation": obs, "reply": text, "action": action, "executed_action": action, "parsed": True,
+            **extra}
+
+
+CASES = [  # (step, expert, class, kind)
+    (step(IN_VIEW, reply(BALL, "forward", "go forward"), "go forward"), "go forward", "correct", None),
+    (step(OUT_OF_VIEW, reply("none", "none", "turn left"), "turn left"), "turn left", "correct", None),
+    (step(IN_VIEW, reply("a wall 3 steps forward", "forward", "go forward"), "go forward"), "go forward",
+     "perception", "another line"),
+    (step(OUT_OF_VIEW, reply("a wall 2 steps forward", "forward", "go forward"), "go forward"), "turn left",
+     "perception", "line while none"),
+    (step(IN_VIEW, reply("none", "none", "turn left"), "turn left"), "go forward", "perception",
+     "none while visible"),
+    (step(IN_VIEW, reply(BALL, "left", "turn left"), "turn left"), "go forward", "perception", "wrong word"),
+    (step(IN_VIEW, reply(BALL, "forward", "turn right"), "turn right"), "go forward", "lookup", None),
+    (step(IN_VIEW, reply(BALL, "forward", "go forward"), "go forward"), "turn left", "table", None),
+    (step(IN_VIEW, "<|ACTION|>go forward<|END|>", "go forward"), "go forward", "format", "field 'Line' missing"),
+    (step(IN_VIEW, reply(BALL, "ahead", "go forward"), "go forward"), "go forward", "format",
+     "'Last word' value outside its values"),
+    (step(IN_VIEW, "Line: a red ball 1 st", "go forward", truncated=True), "go forward", "format",
+     "reply cut by the token cap"),
+    (step(IN_VIEW, "I think", "go forward", parsed=False), "go forward", "format", "no parsable action"),
+]
+
+
+def test_true_values_come_from_the_observation_and_mission():
+    assert true_values(IN_VIEW, MISSION, VOCAB, TABLE, FIELDS) == {"Line": BALL, "Last word": "forward"}
+    assert true_values(OUT_OF_VIEW, MISSION, VOCAB, TABLE, FIELDS) == {"Line": "none", "Last word": "none"}
+
+
+@pytest.mark.parametrize("st, expert, cls, kind", CASES)
+def test_compliance_classifies_each_scripted_reply_exactly(st, expert, cls, kind):
+    r = classify(st, MISSION, VOCAB, TABLE, FIELDS, explorer=Explorer("turn left"), expert=expert)
+    assert (r["class"], r.get("kind")) == (cls, kind)
+    assert r["agent"] == st["action"] and r["expert"] == expert
+
+
+def test_compliance_of_a_candidate_counts_cites_and_first_errors():
+    episodes = [{"seed": 7, "mission": MISSION, "trajectory": [dict(c[0], t=i) for i, c in enumerate(CASES)]},
+                {"seed": 8, "mission": MISSION, "trajectory": [dict(CASES[0][0], t=0)]}]
+    experts = {(7, i): c[1] for i, c in enumerate(CASES)}
+    a = analyse(episodes, VOCAB, TABLE, FIELDS, explorer=Explorer("turn left"), experts=experts)
+    assert a["decisions"] == len(CASES) + 1
+    assert (a["correct"], a["perception"], a["lookup"], a["table"], a["format"]) == (3, 4, 1, 1, 4)
+    assert a["compliance"] == round(4 / 13, 4)  # followed the table: correct + table errors
+    assert a["first_error"] == {"7": 2, "8": None}
+    assert a["cites"]["lookup"] == ["S7.6"] and a["cites"]["table"] == ["S7.7"]
+    assert a["kinds"]["perception: another line"] == 1 and a["kinds"]["format: reply cut by the token cap"] == 1
+    assert a["owners"]["perception"] == "format" and a["owners"]["lookup"] == "induced-rule"
+    assert a["by_view"]["out of view"]["n"] == 2
+
+
+# -- answer grammar and fields -----------------------------------------------------------------------------
+def test_answer_spec_round_trips_and_compiles_to_a_grammar():
+    spec = spec_text([("Line", None), ("Last word", ["forward", "left", "none"])])
+    assert spec == "Line: <text>\nLast word: forward | left | none\n<|ACTION|>"
+    assert parse_spec(spec) == [("Line", None), ("Last word", ["forward", "left", "none"])]
+    g = grammar_of(spec, 'action ::= "go forward" | "turn left"')
+    assert g.startswith('root ::= "Line: " f0 "\\n" "Last word: " f1 "\\n" "<|ACTION|>" action "<|END|>"')
+    assert 'f1 ::= "forward" | "left" | "none"' in g
+    for bad in ("Line: <text>", "no colon here\n<|ACTION|>", "Last word: |\n<|ACTION|>", ""):
+        with pytest.raises(AnswerSpecError):
+            parse_spec(bad)
+    llama = pytest.importorskip("llama_cpp")
+    assert llama.LlamaGrammar.from_string(g, verbose=False) is not None
+
+
+def test_read_fields_reads_what_the_agent_wrote():
+    got = read_fields("**Line:** A red ball 1 step left.\nLast word: `forward`<|ACTION|>go forward<|END|>",
+                      ["Line", "Last word", "Door"])
+    assert got == {"Line": "a red ball 1 step left", "Last word": "forward", "Door": None}
+
+
+# -- mission slots ----------------------------------------------------------------------------------------
+def test_slot_filler_names_the_missions_things_and_keeps_generic_text_with_one_warning(caplog):
+    words = parse_slot_words("red, ball, blue, key, purple")
+    assert mission_things("put the red ball next to the blue key", words) == ["red ball", "blue key"]
+    assert fill_slots("Find {slot1}, then {slot2}.", "put the red ball next to the blue key", words) == \
+        "Find the red ball, then the blue key."
+    with caplog.at_level(logging.WARNING, logger="promptevo.agents.answer_fields"):
+        for _ in range(3):
+            assert fill_slots("Find {slot1}.", "xyzzy plugh", words) == f"Find {GENERIC_SLOTS[0]}."
+    assert len([r for r in caplog.records if "slot filler" in r.getMessage()]) == 1
+
+
+# -- explorer and demonstrations on a real game (the BabyAI expert, no LLM) ----------------------------
+@pytest.fixture(scope="module")
+def goto_fit():
+    task = load_task("goto")
+    train = task.seed_list("train")
+    ev = collect(task, [], train[-30:])
+    states = states_of(ev)
+    ind = induce(states)
+    assert ind.useful, ind.reason
+    return task, train, states, ind
+
+
+def test_an_explorer_that_loops_is_rejected_by_simulation(goto_fit):
+    task, train, _states, ind = goto_fit
+    seeds = train[:10]
+    chosen, scores = choose_explorer(task, ind.table, ind.vocab, ["turn left", "turn right", "go forward"], seeds,
+                                     env_factory=make_env)
+    by = {s["explorer"]: s["success"] for s in scores}
+    assert by["go forward"] < max(by.values())  # walks into the wall and stays there
+    assert chosen.describe() != "go forward" and by[chosen.describe()] >= max(by.values()) - 0.02
+    assert success_rate(play(task, ind.table, chosen, ind.vocab, seeds, env_factory=make_env)) > \
+        success_rate(play(task, ind.table, Explorer("go forward"), ind.vocab, seeds, env_factory=make_env))
+
+
+def test_demonstrations_cover_every_row_of_the_table(goto_fit):
+    _task, _train, states, ind = goto_fit
+    explorer = Explorer("turn left")
+    chosen = demonstrations(states, ind.table, explorer, ind.vocab, 10)
+    rows = set()
+    for s in chosen:
+        feats = state_features(s.observation, s.mission, ind.vocab)
+        assert (explorer.action if not defined(feats) else ind.table.predict(feats)) == s.expert
+        rows.add("none" if not defined(feats) else feats[ind.table.root])
+    assert rows == set(ind.table.branches) | {"none"}
+    assert len(chosen) == len(rows)  # one per row, no more
+
+
+# -- the compile operators in a loop (test double) ------------------------------------------------------------
+@pytest.mark.parametrize("operator, segment", [("compile-grammar", "answer-grammar"), ("compile-slots", "slot-words"),
+                                               ("compile-demos", "induced-examples")])
+def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported(tmp_path, operator, segment):
+    cfg = config(tmp_path, agent="robust-cot", init="plain", operators=[operator], generations=1, children=1,
+                 episodes=8, evidence_episodes=4, validation_episodes=12, test_episodes=6, expert_episodes=12,
+                 agent_options={"history": 1})
+    initial = PromptSet.of({"system": Prompt((Segment("role", "You pick up the ball."),
+                                              Segment("format", "Mission: {mission}\n<|ACTION|>the action<|END|>")))})
+    res = run(cfg, CountingRunner(env=TurnEnv), responder_fn=_rule_following_agent, initial_prompts=initial)
+    c1 = next(c for c in res.candidates if c.id == "c1")
+    assert c1.operator == operator and c1.source["author"] == "machine"
+    system = c1.prompt_set().module("system")
+    assert system.get("induced-rule") and system.get(segment)
+    comp = res.report.get("compliance") or {}
+    assert comp, "report.json has a compliance section"
