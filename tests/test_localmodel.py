@@ -369,3 +369,18 @@ def test_merge_system_messages_for_formats_without_system_role():
         {"role": "user", "content": "U2"}]
     assert lm.merge_system_messages([{"role": "system", "content": "S"}]) == [{"role": "user", "content": "S"}]
     assert lm.get_spec("gemma3-270m").system_role is False and lm.get_spec(lm.DEFAULT_MODEL).system_role
+
+
+def test_extra_buffer_types_switch(monkeypatch):
+    """llama.cpp's extra buffer types (AMX, repacked layouts): on / off forced, auto reads the CPU, a bad
+    value is one line naming the variable. (Loading with them off is exercised by the slow tests on a CPU
+    with AMX, where they crashed batched decoding.)"""
+    for mode, want in (("on", True), ("off", False), ("ON", True)):
+        monkeypatch.setattr(lm.OPTIONS, "extra_bufts", mode)
+        assert lm.use_extra_bufts() is want
+    monkeypatch.setattr(lm.OPTIONS, "extra_bufts", "auto")
+    assert lm.use_extra_bufts() is (" amx_tile" not in Path("/proc/cpuinfo").read_text(errors="replace")
+                                    if Path("/proc/cpuinfo").exists() else True)
+    monkeypatch.setattr(lm.OPTIONS, "extra_bufts", "maybe")
+    with pytest.raises(lm.LocalModelError, match="PROMPTEVO_LLAMA_EXTRA_BUFTS='maybe': use auto, on or off"):
+        lm.use_extra_bufts()

@@ -41,6 +41,7 @@ from promptevo.llm.models import (  # the model table and files; re-exported for
     ENV_MODEL_PATH,
     ENV_N_CTX,
     ENV_N_THREADS,
+    ENV_EXTRA_BUFTS,
     ENV_RAM_CACHE_MB,
     GGUF_MAGIC,
     LocalModelError,
@@ -78,9 +79,51 @@ class RuntimeOptions:
     # only pays off when prompts with different prefixes interleave (two-stage agents, concurrent
     # episodes). See benchmarks/LOCAL_MODELS.md.
     ram_cache_bytes: int = int(float(os.environ.get(ENV_RAM_CACHE_MB, 0)) * (1 << 20))
+    # llama.cpp's extra weight buffer types (AMX tiles, repacked Q4 layouts). "auto": off on a CPU that
+    # reports AMX, where the AMX path crashed batched decoding with a segmentation fault (seen on a 2-core
+    # sandbox whose kernel does not grant the tile state); "on" / "off" force it.
+    extra_bufts: str = os.environ.get(ENV_EXTRA_BUFTS, "auto")
 
 
 OPTIONS = RuntimeOptions()
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return any(line.startswith("flags") and "amx_tile" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+def use_extra_bufts() -> bool:
+    """Whether models load with llama.cpp's extra buffer types (:attr:`RuntimeOptions.extra_bufts`)."""
+    mode = str(OPTIONS.extra_bufts).lower()
+    if mode not in ("auto", "on", "off"):
+        raise LocalModelError(f"{ENV_EXTRA_BUFTS}={OPTIONS.extra_bufts!r}: use auto, on or off")
+    return mode == "on" or (mode == "auto" and not _cpu_has_amx())
+
+
+def _new_llama(llama_cpp: Any, **kw: Any) -> Any:
+    """``llama_cpp.Llama(**kw)``, without extra buffer types where :func:`use_extra_bufts` says so (the
+    binding does not expose the model parameter, so its default-parameter function is wrapped for the
+    load; called under ``_models_lock``)."""
+    if use_extra_bufts():
+        return llama_cpp.Llama(**kw)
+    low = llama_cpp.llama_cpp
+    default = low.llama_model_default_params
+
+    def without_extra() -> Any:
+        params = default()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = without_extra
+    try:
+        return llama_cpp.Llama(**kw)
+    finally:
+        low.llama_model_default_params = default
 
 
 def configure(**kw: Any) -> RuntimeOptions:
@@ -126,7 +169,8 @@ def load_model(resolved: ResolvedModel) -> LoadedModel:
         llama_cpp = _llama_cpp()
         t0 = time.perf_counter()
         try:
-            llm = llama_cpp.Llama(
+            llm = _new_llama(
+                llama_cpp,
                 model_path=str(resolved.path),
                 n_ctx=OPTIONS.n_ctx,
                 n_threads=OPTIONS.n_threads,
