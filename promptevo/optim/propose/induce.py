@@ -584,7 +584,9 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
     try:
         child = apply_edit(apply_edit(parent, edit), fmt_edit)
         if how.slots:
-            words = sorted(w for w in ind.vocab.line_words - ind.vocab.structural if not w.isdigit())
+            # the words of the things the expert's missions name (never "and", "left"... of the lines)
+            words = sorted({w for s in states_of(evidence.get("expert") or {})
+                            for thing in mission_slots(s.mission, ind.vocab) for w in thing})
             child = apply_edit(child, rule_edit(child, module, SLOT_WORDS_SEGMENT, ", ".join(words),
                                                 "the words that name things in the observations (fills {slot1}... "
                                                 "per episode)"))
