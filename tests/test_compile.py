@@ -116,6 +116,17 @@ def test_answer_spec_round_trips_and_compiles_to_a_grammar():
     assert llama.LlamaGrammar.from_string(g, verbose=False) is not None
 
 
+def test_a_line_field_that_must_name_the_missions_thing_is_filled_per_episode():
+    from promptevo.agents.base import answer_grammar
+    from promptevo.envs.base import ActionSpace
+
+    prompt = Prompt((Segment("answer-grammar", "Line: none | a {slot1} <text>\nLast word: left | none\n<|ACTION|>"),
+                     Segment("slot-words", "red, ball, blue, key")))
+    g = answer_grammar(prompt, ActionSpace(["turn left", "go forward"]), None, "go to the blue key")
+    assert 'f0 ::= "none" | "a blue key " [^\\n<]{1,100}' in g
+    assert answer_grammar(Prompt((Segment("answer-grammar", "broken"),)), ActionSpace(["turn left"]), None, "x")
+
+
 def test_read_fields_reads_what_the_agent_wrote():
     got = read_fields("**Line:** A red ball 1 step left.\nLast word: `forward`<|ACTION|>go forward<|END|>",
                       ["Line", "Last word", "Door"])

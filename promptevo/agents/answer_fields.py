@@ -5,7 +5,9 @@ Two *directive* segments change how an agent works without being sent to the mod
 prompt, exported and reported like any other segment, so such an edit is never hidden):
 
 * ``answer-grammar`` - the answer's fields, one per line, ``Label: <text>`` (a copied line of text) or
-  ``Label: a | b | c`` (one of these values), and a last line ``<|ACTION|>``. Where the agent decodes with
+  ``Label: a | b | c`` (one of these values; a value ending in `` <text>`` is that prefix, then free text,
+  e.g. ``Line: none | a {slot1} <text>``: "none" or a line that starts by naming the mission's thing), and
+  a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
   a grammar (``local/`` models), :func:`grammar_of` compiles it to GBNF so a reply is always these
   fields in this order, then one valid action: always parseable and short.
 * ``slot-words`` - the words that name things in this game's observations, comma separated. A prompt's
@@ -82,10 +84,13 @@ def grammar_of(spec: str, action_rules: str) -> str:
     for i, (label, values) in enumerate(parse_spec(spec)):
         name = f"f{i}"
         parts += [gbnf_literal(f"{label}: "), name, '"\\n"']
+        text = f"[^\\n<]{{1,{TEXT_CHARS}}}"
         if values is None:
-            rules.append(f"{name} ::= [^\\n<]{{1,{TEXT_CHARS}}}")
+            rules.append(f"{name} ::= {text}")
         else:
-            rules.append(f"{name} ::= " + " | ".join(gbnf_literal(v) for v in values))
+            alts = [gbnf_literal(v[: -len(TEXT_FIELD)]) + " " + text if v.endswith(" " + TEXT_FIELD)
+                    else gbnf_literal(v) for v in values]
+            rules.append(f"{name} ::= " + " | ".join(alts))
     root = "root ::= " + " ".join(parts + [gbnf_literal("<|ACTION|>"), "action", gbnf_literal("<|END|>")])
     return "\n".join([root] + rules) + "\n" + action_rules
 
@@ -123,9 +128,9 @@ def mission_things(mission: str, words: frozenset[str]) -> list[str]:
     return out
 
 
-def fill_slots(text: str, mission: str, words: frozenset[str] | None) -> str:
-    """``text`` with ``{slotK}`` replaced by "the <k-th thing of the mission>" (generic text, and one
-    warning, where the mission names fewer things or there are no slot words)."""
+def fill_slots(text: str, mission: str, words: frozenset[str] | None, article: str = "the ") -> str:
+    """``text`` with ``{slotK}`` replaced by ``article`` + the k-th thing of the mission ("the red ball";
+    generic text, and one warning, where the mission names fewer things or there are no slot words)."""
     if "{slot" not in text:
         return text
     things = mission_things(mission, words) if words else []
@@ -133,7 +138,7 @@ def fill_slots(text: str, mission: str, words: frozenset[str] | None) -> str:
         if ph not in text:
             continue
         if k < len(things):
-            text = text.replace(ph, f"the {things[k]}")
+            text = text.replace(ph, f"{article}{things[k]}")
         else:
             key = (hash(words), k)  # once per slot-word set and slot, however many missions
             if key not in _warned:

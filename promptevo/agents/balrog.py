@@ -123,4 +123,4 @@ class RobustCoTAgent(HistoryAgent):
         return parse_tagged_action(reply, self.space)
 
     def _grammar(self) -> str:
-        return answer_grammar(self.prompts.module("system"), self.space, self.think_chars)
+        return answer_grammar(self.prompts.module("system"), self.space, self.think_chars, self.mission)

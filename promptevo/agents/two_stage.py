@@ -74,7 +74,7 @@ class TwoStageAgent(Agent):
             {"role": "system", "content": self._sys_actor},
             {"role": "user", "content": f"{head}\n\nDescription:\n{description}"},
         ]
-        a, a_rec = self._complete("actor", a_msgs, answer_grammar(self.prompts.module("actor"), self.space, self.think_chars))
+        a, a_rec = self._complete("actor", a_msgs, answer_grammar(self.prompts.module("actor"), self.space, self.think_chars, self.mission))
         action, parsed = parse_tagged_action(a.text, self.space)
         self._recent.append(action if parsed else "(invalid reply)")
         return Decision(action=action, reply=a.text, calls=[d_rec, a_rec], parsed=parsed, description=description)

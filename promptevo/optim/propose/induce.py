@@ -35,7 +35,7 @@ from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.reflect.expert import LabelledState, states_of
-from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, spec_text
+from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, TEXT_FIELD, spec_text
 from promptevo.optim.reflect.follower import Explorer, choose_explorer, play, success_rate
 from promptevo.optim.reflect.features import (
     NONE,
@@ -558,6 +558,26 @@ def demo_text(states: Sequence[LabelledState], fields: Sequence[Field], table: R
     return "\n\n".join(blocks)
 
 
+def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], vocab: Vocabulary,
+                   slots: bool) -> list[tuple[str, list[str] | None]]:
+    """The ``answer-grammar`` fields of a rendering: closed fields keep their values; with ``slots``, a
+    copied-line field becomes "none" or a line that starts by naming the mission's thing, preceded by the
+    word the expert's lines most often put before it (learnt from the data: "a {slot1} <text>")."""
+    out: list[tuple[str, list[str] | None]] = []
+    for f in fields:
+        slot, kind = f.feature.split(".", 1) if f.feature else ("", "")
+        if kind == "line" and slots:
+            before = Counter(b for s in states
+                             if (b := state_features(s.observation, s.mission, vocab).get(f"{slot}.before"))
+                             and b != NONE)
+            word = before.most_common(1)[0][0] if before else "-"
+            lead = "" if word == "-" else word + " "
+            out.append((f.label, [NONE, f"{lead}{{slot{min(int(slot), 3)}}} {TEXT_FIELD}"]))
+        else:
+            out.append((f.label, f.values))
+    return out
+
+
 def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, operator: str, how: Rendering, *,
                   grammar: bool = False, demos: int = 0) -> list[Proposal]:
     """One child of ``parent`` carrying this generation's induced table rendered ``how`` (with an
@@ -592,7 +612,8 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
                                                 "per episode)"))
         if grammar:
             child = apply_edit(child, rule_edit(child, module, GRAMMAR_SEGMENT,
-                                                spec_text([(f.label, f.values) for f in fields]),
+                                                spec_text(grammar_fields(fields, states_of(evidence.get("expert") or {}),
+                                                                         ind.vocab, how.slots)),
                                                 "answer grammar: the induced fields and their values, then one "
                                                 "valid action"))
         if demos > 0:
