@@ -13,13 +13,14 @@ Example (the LLM test double answers "go forward"; any LiteLLM model string work
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from promptevo.fileio import FolderLock, FolderLockError, io_error_line, write_text_atomic
 from promptevo.optim.config import ConfigError, OptimizeConfig, config_toml, validate_config
 from promptevo.optim.engine import Engine, RunResult
 from promptevo.optim.events import Emitter
-from promptevo.optim.state import RunError, RunStopped
+from promptevo.optim.state import CHECKPOINT, RunError, RunStopped
 from promptevo.segments import PromptFormatError, PromptSet
 from promptevo.tasks import TaskConfig, load_task
 
@@ -131,6 +132,7 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
         except (HintLibraryError, SkillLibraryError, AgentError) as e:
             raise RunError(str(e)) from None
     run_dir = config.run_path()
+    fresh = not run_dir.exists()
     lock = FolderLock(run_dir)  # every option is checked above, before the run folder exists
     try:
         lock_note = lock.acquire()
@@ -138,15 +140,39 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
         raise RunError(str(e)) from None
     except OSError as e:
         raise RunError(io_error_line(e)) from None
+    finished = False
     try:
         write_text_atomic(run_dir / "config.toml", config_toml(config))  # `--config` repeats the run
-        return _run_engine(config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway, run_dir,
+        result = _run_engine(config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway, run_dir,
                            listeners=listeners, quiet=quiet, console=console, lock_note=lock_note)
+        finished = True
+        return result
+    except (RunError, ConfigError) as e:  # a refusal (not an outage, which --resume continues)
+        finished = isinstance(e, RunStopped)
+        raise
     except OSError as e:
+        finished = True  # the folder is kept for --resume
         raise RunError(f"{io_error_line(e)}; finished episodes and the last checkpoint are kept: fix the folder, then "
                        f"`promptevo optimize --resume {run_dir}`") from None
+    except BaseException:
+        finished = True  # interrupted or crashed: the folder is kept for --resume
+        raise
     finally:
         lock.release()
+        if fresh and not finished:
+            remove_if_unstarted(run_dir)
+
+
+def remove_if_unstarted(run_dir: Path) -> None:
+    """A new run that stopped before it played any episode leaves no folder behind (it held only its
+    settings, its log and a checkpoint of nothing)."""
+    if not run_dir.is_dir():
+        return
+    leftovers = {"config.toml", "run.lock", "run.log", CHECKPOINT}
+    if all(p.name in leftovers for p in run_dir.iterdir()):
+        for p in run_dir.iterdir():
+            p.unlink(missing_ok=True)
+        run_dir.rmdir()
 
 
 def _run_engine(config: OptimizeConfig, task: TaskConfig, adapter: Any, initial_prompts: PromptSet,

@@ -2,7 +2,7 @@
 
 * :func:`write_text_atomic` / :func:`write_json_atomic` - write a temporary file, fsync, rename over the
   target: a reader (or a resumed run) sees the old file or the new one, never half of one;
-* :func:`append_jsonl` - append one JSON line and fsync it;
+* :func:`append_jsonl` / :func:`append_line` - append one JSON line (or any line) and fsync it;
 * :class:`FolderLock` - one process at a time in a run folder; :func:`io_error_line` - an OSError as one line.
 
 Text is written as UTF-8 with ``errors="replace"``: a lone surrogate (e.g. from a server's error body)
@@ -41,10 +41,15 @@ def write_json_atomic(path: str | Path, data: Any, *, indent: int | None = 2) ->
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
+    append_line(path, json.dumps(record, ensure_ascii=False, default=str))
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line (a newline is added) and fsync it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8", errors="replace") as f:
-        f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
 

@@ -209,3 +209,16 @@ def run(cfg: OptimizeConfig, runner: CountingRunner | None = None, *, responder_
 
 def fp_of(res, cid: str) -> str:
     return next(c.fingerprint for c in res.candidates if c.id == cid)
+
+
+def crashed_run(tmp_path: Path) -> tuple[Any, CountingRunner, str]:
+    """(reference run, runner, c1's fingerprint): an uninterrupted run ``ref`` and the same run ``crash``
+    interrupted (KeyboardInterrupt) after c1's first episode, its checkpoint left for a resume."""
+    ref = run(config(tmp_path, run="ref"), CountingRunner())
+    target = fp_of(ref, "c1")
+    runner = CountingRunner(interrupt_on=target, interrupt_after=1)
+    try:
+        run(config(tmp_path, run="crash"), runner)
+    except KeyboardInterrupt:
+        return ref, runner, target
+    raise AssertionError("the run was not interrupted")

@@ -113,7 +113,7 @@ def test_kill_9_at_random_points_then_resume_loses_and_repeats_nothing(tmp_path)
     # prompt changes between generations, so a resumed generation must pick up the right parent
     args = ["--task", "goto", "--agent", "robust-cot", "--generations", "2", "--episodes", "3", "--evidence-episodes", "3", "--children", "2",
             "--validation-episodes", "3", "--test-episodes", "3", "--accept-rule", "always", "--promote-rule",
-            "margin", "--promote-margin", "-0.5", "--max-steps", "4", "--concurrency", "2", "--baseline", "none",
+            "margin", "--promote-margin", "-0.5", "--allow-negative-margins", "--max-steps", "4", "--concurrency", "2", "--baseline", "none",
             "--no-cache"]
     run_dir = tmp_path / "crash"
     kills: list[int] = []  # episodes stored when each kill landed

@@ -14,6 +14,7 @@ from engine_doubles import (
     ScriptedPickupEnv,
     agent_reply,
     config,
+    crashed_run,
     fp_of,
     make_task,
     run,
@@ -137,11 +138,7 @@ def test_resume_continues_without_replaying_episodes(tmp_path):
 
 
 def test_resume_after_crash_mid_evaluation(tmp_path):
-    ref = run(config(tmp_path, run="ref"), CountingRunner())
-    target = fp_of(ref, "c1")
-    runner = CountingRunner(interrupt_on=target, interrupt_after=1)
-    with pytest.raises(KeyboardInterrupt):
-        run(config(tmp_path, run="crash"), runner)
+    ref, runner, target = crashed_run(tmp_path)
     assert sum(1 for fp, _ in runner.played if fp == target) == 1
     cfg = load_checkpoint(tmp_path / "crash").config.model_copy(update={"resume": True})
     res = run(cfg, runner)

@@ -110,7 +110,7 @@ def base_config(tmp_path: Path, **kw: Any) -> OptimizeConfig:
     # the curriculum, not the gate, is under test here
     d = dict(task="mapf-single", agent="two-stage", model="fake/scripted", generations=1, episodes=2,
              evidence_episodes=2, validation_episodes=4, test_episodes=4, children=1, accept_rule="always", promote_rule="margin",
-             promote_margin=-0.5, max_steps=6, concurrency=2, baseline=None, no_cache=True,
+             promote_margin=-0.5, allow_negative_margins=True, max_steps=6, concurrency=2, baseline=None, no_cache=True,
              results_dir=str(tmp_path), run="cur", operators=["mutate"], screen="off")
     d.update(kw)
     return OptimizeConfig(**d)

@@ -81,8 +81,10 @@ def test_credentials_in_the_server_url_are_never_serialized_and_resume_asks_for_
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     from promptevo.optim.state import Candidate, RunState, save_checkpoint
+    from promptevo.segments import PromptSet
 
-    c0 = Candidate(id="c0", fingerprint="f", prompts={}, status="initial")
+    ps = PromptSet()
+    c0 = Candidate(id="c0", fingerprint=ps.fingerprint(), prompts=ps.to_dict(), status="initial")
     save_checkpoint(run_dir, RunState(config=cfg, candidates={"c0": c0}))
     assert "sk-very-secret-42" not in (run_dir / "checkpoint.json").read_text()
     with pytest.raises(ConfigError, match="--api-base: this run's server URL had credentials"):

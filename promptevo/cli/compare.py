@@ -13,7 +13,7 @@ from promptevo.baselines.compare import (
     results_table,
 )
 from promptevo.cli.errors import print_error, user_error_types
-from promptevo.cli.parsing import CommandParser
+from promptevo.cli.parsing import CommandParser, check_run_name
 from promptevo.reporting.console import print_json, print_table
 
 
@@ -60,6 +60,8 @@ def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool, bool]:
     from promptevo.llm.gateway import LLMConfig
 
     ns = build_parser().parse_args(list(args))
+    if ns.run is not None:
+        check_run_name(ns.run)
     cfg = CompareConfig(
         task=ns.task, methods=parse_methods(ns.methods), budget_calls=ns.budget_calls, agent=ns.agent,
         init=ns.init, model=ns.model or LLMConfig().model, api_base=ns.api_base, optimizer_model=ns.optimizer_model,

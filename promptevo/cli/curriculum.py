@@ -11,7 +11,7 @@ from typing import Any
 
 from promptevo.cli.errors import print_error, user_error_types
 from promptevo.cli.optimize import build_parser, given_options
-from promptevo.cli.parsing import CommandParser
+from promptevo.cli.parsing import CommandParser, check_run_name
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
 from promptevo.optim.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.state import RunError
@@ -35,6 +35,8 @@ def curriculum_args(args: Sequence[str]) -> tuple[OptimizeConfig, dict[str, Any]
     ns = build_curriculum_parser().parse_args(list(args))
     stage_options = {"stages", "engineer", "target", "max_changes"}
     given = {k: v for k, v in given_options(ns).items() if k not in stage_options}
+    if given.get("run") is not None:
+        check_run_name(given["run"])
     if "baseline" in given and given["baseline"].lower() in ("none", "off", ""):
         given["baseline"] = None
     if ns.history is not None:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from promptevo import __version__
 from promptevo.cli.errors import UserError, print_error, user_error_types
+from promptevo.cli.parsing import check_run_name
 from promptevo.reporting.console import print_json, print_table
 
 console = Console()
@@ -242,6 +243,8 @@ def run_eval(
         except RayNotInstalledError as e:
             raise UserError(str(e)) from None
 
+    if run_name is not None:
+        check_run_name(run_name, "--run-name")
     name = run_name or default_run_name(agent, llm_cfg.model if gateway else "none", [t.name for t in task_cfgs])
     run_dir = results_dir / _slug(name)
     done: dict[tuple[str, int], Any] = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.cli.errors import print_error, user_error_types
-from promptevo.cli.parsing import CommandParser
+from promptevo.cli.parsing import CommandParser, check_run_name
 from promptevo.optim.config import (
     ConfigError,
     OptimizeConfig,
@@ -72,6 +72,10 @@ def build_parser(prog: str = "promptevo optimize") -> CommandParser:
     a("--gate", choices=["sequential", "fixed"], help="validation gate: sequential (default: looks at 25/50/75/100%% "
       "of the validation seeds with alpha spending, stops early in either direction) or fixed (every seed, one test)")
     a("--promote-margin", type=float, help="with --promote-rule margin: validation mean difference needed")
+    a("--allow-negative-margins", action="store_true", default=None,
+      help="accept a negative --accept-margin / --promote-margin (a worse child may then win)")
+    a("--max-segment-tokens", type=int, metavar="TOKENS", help="longest segment an operator may write (default: "
+      "twice the parent's prompts, at least 512); a longer child is refused and counted")
     a("--alpha", type=float, help="run-wide level of the promotion tests (default 0.05)")
     a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
     a("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
@@ -152,6 +156,8 @@ def config_from_namespace(ns: argparse.Namespace) -> tuple[OptimizeConfig, bool]
                 raise ConfigError(f"--{key.replace('_', '-')}: {ns.config} has a masked server URL ({from_file[key]}); "
                                   f"give --{key.replace('_', '-')} with its credentials")
         given = {**from_file, **given}
+    if given.get("run") is not None:
+        check_run_name(given["run"])
     if "baseline" in given and str(given["baseline"]).lower() in ("none", "off", ""):
         given["baseline"] = None
     if ns.history is not None:

@@ -5,6 +5,7 @@ error, instead of argparse's usage block."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import NoReturn
 
 from promptevo.cli.errors import UserError
@@ -19,3 +20,13 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def check_run_name(name: str, flag: str = "--run") -> str:
+    """A run name is one folder name inside --results-dir (letters, digits, ``.``, ``_``, ``-``; not ``.``
+    or ``..``): anything else is one line naming the flag, so a run never writes outside --results-dir."""
+    text = str(name)
+    if text in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]{1,120}", text):
+        raise UsageError(f"{flag}: {text!r} is not a run name: a run is one folder name inside --results-dir "
+                         "(letters, digits, '.', '_', '-'); choose where runs go with --results-dir")
+    return text

@@ -55,6 +55,11 @@ PLACEHOLDER_LOCAL_KEY = "sk-no-key-required"
 # error classification
 
 
+#: a reply longer than max_tokens * this many characters came from a server that ignored max_tokens: it is
+#: cut there and flagged truncated (no tokenizer writes 8 characters per token on average)
+MAX_CHARS_PER_TOKEN = 8
+
+
 def _is_transient(exc: BaseException) -> bool:
     litellm = litellm_module()
     ex = litellm.exceptions
@@ -348,7 +353,7 @@ class Gateway:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def _to_completion(self, response: Any, latency: float) -> Completion:
+    def _to_completion(self, response: Any, latency: float, max_tokens: int | None = None) -> Completion:
         try:
             choice = response.choices[0]
             text = _clean_text(choice.message.content)
@@ -357,6 +362,10 @@ class Gateway:
             text, finish = "", None
         if not text.strip():
             raise _EmptyReply()
+        if max_tokens and len(text) > max_tokens * MAX_CHARS_PER_TOKEN:  # a server that ignored max_tokens
+            text, finish = text[: max_tokens * MAX_CHARS_PER_TOKEN], "length"
+            log.warning("LLM %s sent a reply longer than max_tokens=%d allows; cut to %d characters and "
+                        "flagged truncated", self.config.model, max_tokens, len(text))
         usage = getattr(response, "usage", None)
         pt = int(getattr(usage, "prompt_tokens", 0) or 0)
         ct = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -483,7 +492,7 @@ class Gateway:
                     start = time.perf_counter()
                     response = litellm.completion(**kw)
                     latency = time.perf_counter() - start
-                result = self._to_completion(response, latency)
+                result = self._to_completion(response, latency, kw.get("max_tokens"))
             except Exception as exc:  # noqa: BLE001 - classified in _retry_delay
                 time.sleep(self._retry_delay(exc, role, attempt, attempts))
                 continue
@@ -534,7 +543,7 @@ class Gateway:
                     start = time.perf_counter()
                     response = await litellm.acompletion(**kw)
                     latency = time.perf_counter() - start
-                result = self._to_completion(response, latency)
+                result = self._to_completion(response, latency, kw.get("max_tokens"))
             except Exception as exc:  # noqa: BLE001 - classified in _retry_delay
                 await asyncio.sleep(self._retry_delay(exc, role, attempt, attempts))
                 continue

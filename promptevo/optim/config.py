@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -70,6 +72,8 @@ class OptimizeConfig(BaseModel):
     final_test: bool = Field(default=True, description="play the test split at the end (a curriculum's stages "
                              "do not: the curriculum plays its target's test seeds once, at its end)")
     fitness: Fitness = Field(default="success", description="per-episode score the loop optimizes")
+    allow_negative_margins: bool = Field(default=False, description="accept a negative accept_margin or "
+                                         "promote_margin (a child worse than its parent may then win)")
     accept_rule: AcceptRule = "margin"
     accept_margin: float = Field(default=0.0, allow_inf_nan=False,
                                  description="mean paired training difference needed")
@@ -80,6 +84,9 @@ class OptimizeConfig(BaseModel):
                                                  "seeds, one test)")
     promote_margin: float = Field(default=0.0, allow_inf_nan=False,
                                   description="with promote_rule margin: mean validation difference")
+    max_segment_tokens: int | None = Field(default=None, ge=16, description="longest segment text an operator "
+                                           "may write, in tokens (4 characters each); default: twice the "
+                                           "parent's prompts, at least 512; a longer child is refused")
     alpha: float = Field(default=0.05, gt=0, lt=1, description="run-wide level of the promotion tests")
     correction: Literal["bonferroni", "none"] = Field(default="bonferroni", description="split alpha over "
                                                       "the generations' promotion tests")
@@ -161,6 +168,14 @@ class OptimizeConfig(BaseModel):
         except OperatorError as e:
             raise ValueError(str(e)) from None
 
+    @field_validator("accept_margin", "promote_margin")
+    @classmethod
+    def _margin(cls, v: float, info: Any) -> float:
+        if v < 0 and not info.data.get("allow_negative_margins"):
+            raise ValueError(f"{v} is negative: a child worse than its parent would win; give "
+                             "--allow-negative-margins to mean it")
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> "OptimizeConfig":
         if "hints" in self.operators and not self.hints:
@@ -189,6 +204,15 @@ class OptimizeConfig(BaseModel):
 IDENTITY_FIELDS = ("task", "agent", "init", "prompts", "agent_options", "model", "seed", "episodes",
                    "evidence_episodes", "validation_episodes", "test_episodes", "fitness", "max_steps",
                    "agent_max_tokens", "temperature")
+
+#: the identity fields an episode's outcome depends on besides its prompts (which its key names)
+PLAY_FIELDS = ("task", "agent", "agent_options", "model", "max_steps", "agent_max_tokens", "temperature")
+
+
+def settings_digest(cfg: "OptimizeConfig") -> str:
+    """A short digest of :data:`PLAY_FIELDS`: stored with every episode, checked on resume."""
+    blob = json.dumps({f: getattr(cfg, f) for f in PLAY_FIELDS}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
 #: fields whose command-line flag is not ``--<field with dashes>``

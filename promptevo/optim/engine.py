@@ -38,7 +38,7 @@ from promptevo.evaluation.statistics import summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
 from promptevo.fileio import read_json, write_json_atomic
 from promptevo.optim.adapter import Adapter, ProposalContext, describe, optimizer_seed
-from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig
+from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig, settings_digest
 from promptevo.optim.events import Emitter
 from promptevo.optim.hooks import GenerationHook, ValidityHook
 from promptevo.optim.pruning import PrunePolicy
@@ -62,6 +62,7 @@ from promptevo.optim.state import (
     final_compliance,
     load_checkpoint,
     record_of,
+    open_run_store,
     save_checkpoint,
 )
 from promptevo.optim.stopping import Progress, budgets, convergence, first_reason, raised, stopped_by_condition
@@ -212,12 +213,18 @@ class Engine:
         with self.lock:
             played = self.state.played.setdefault(split, [])
             played.extend(int(s) for s in seeds if int(s) not in played)
+            self.state.scheduled = self.state.scheduled or {}
+            sched = self.state.scheduled.setdefault(key, {}).setdefault(split, [])
+            new = [int(s) for s in seeds if int(s) not in sched]
+            sched.extend(new)
+        if new:  # the schedule is on disk before any of its episodes is
+            self.checkpoint()
         out: dict[int, dict] = {}
         for attempt in range(2):
             missing = [int(s) for s in seeds if int(s) not in out and self.store.get(key, int(s)) is None]
             if missing:
                 def on_episode(ep: dict) -> None:
-                    self.store.put(key, int(ep["seed"]), ep)
+                    self.store.put(key, int(ep["seed"]), ep, split=split, settings=settings_digest(self.cfg))
                     with self.lock:
                         self.episodes_run += 1
                     self.emit("episode", seed=int(ep["seed"]), success=bool(ep.get("success")),
@@ -308,9 +315,9 @@ class Engine:
             self.state = RunState(config=self.cfg, candidates={"c0": c0},
                                   splits={"train": [], "validation": self.validation_seeds(),
                                           "test": self.test_seeds()})
-        self.store = EpisodeStore(self.run_dir / EPISODES_FILE)
-        if self.store.recovered:
-            self.warn(f"note: {self.store.recovered}")
+        self.store, notes = open_run_store(self.run_dir / EPISODES_FILE, self.state, settings_digest(self.cfg))
+        for line in notes:
+            self.warn(line)
         if self.cfg.resume:
             # a crash after the last checkpoint: its episodes are in the store; count their usage too
             for ep in self.store.after(self.state.store_lines):

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from promptevo.errors import PromptevoError
+from promptevo.evaluation.store import Entry, EpisodeStore
 from promptevo.fileio import write_json_atomic
 from promptevo.optim.config import OptimizeConfig
 from promptevo.segments import PromptSet
@@ -120,6 +121,10 @@ class RunState(BaseModel):
     episodes_run: int = 0
     wall_s: float = 0.0  # seconds spent in this run, over every resume
     store_lines: int = 0  # episode-store lines the usage above covers (a crash can leave more)
+    # key (fingerprint, baseline:<agent>) -> split -> seeds the engine asked to play, saved before it plays
+    # them: a store line outside it was not written by this run and is refused (None: a checkpoint written
+    # before schedules were kept)
+    scheduled: dict[str, dict[str, list[int]]] | None = Field(default_factory=dict)
     stop_reason: str = ""
     warnings: list[str] = Field(default_factory=list)
     final: dict = Field(default_factory=dict)  # final test table once computed
@@ -159,13 +164,63 @@ def load_checkpoint(run_dir: str | Path) -> RunState:
         if data.get("version") != CHECKPOINT_VERSION:
             raise ValueError(f"checkpoint version {data.get('version')!r}; this promptevo reads version "
                              f"{CHECKPOINT_VERSION} (start a new run)")
+        if "scheduled" not in data:  # written before schedules were kept: nothing to check lines against
+            data["scheduled"] = None
         state = RunState.model_validate(data)
         if state.initial_id not in state.candidates or state.best_id not in state.candidates:
             raise ValueError("initial_id/best_id not among candidates")
     except (ValueError, KeyError, TypeError, ValidationError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RunError(f"corrupt checkpoint {path}: {msg}") from None
+    bad = fingerprint_mismatch(data.get("candidates") or {})
+    if bad:
+        raise RunError(f"checkpoint {path}: {bad}")
     return state
+
+
+def unscheduled(scheduled: dict[str, dict[str, list[int]]] | None, settings: str, e: Entry) -> str | None:
+    """Why a store line is not an episode the run scheduled (``scheduled``: :attr:`RunState.scheduled`;
+    ``settings``: the run's agent-settings digest), or None when it is (or the checkpoint predates
+    schedules)."""
+    if scheduled is None:
+        return None
+    where = scheduled.get(e.key) or {}
+    ok = e.seed in where.get(e.split, []) if e.split is not None else any(e.seed in v for v in where.values())
+    if not ok:
+        return f"the run never scheduled {e.key[:24]} on {e.split or 'any'} seed {e.seed} (not written by this run)"
+    if e.settings is not None and e.settings != settings:
+        return "played with other agent settings than this run's"
+    return None
+
+
+def open_run_store(path: Path, state: RunState, settings: str) -> tuple[EpisodeStore, list[str]]:
+    """The run's episode store, every line nobody scheduled refused (:func:`unscheduled`), and the lines to
+    warn about (a repaired last record, each refused line, a checkpoint that predates schedules)."""
+    store = EpisodeStore(path)
+    notes = [f"note: {store.recovered}"] if store.recovered else []
+    refused = store.refused + store.refuse(lambda e: unscheduled(state.scheduled, settings, e))
+    notes += [f"warning: {line}" for line in refused]
+    if state.scheduled is None and len(store):
+        notes.append("note: this checkpoint was written before episodes were scheduled; the episode store's "
+                     "lines are checked against their checksums only")
+    return store, notes
+
+
+def fingerprint_mismatch(candidates: dict) -> str | None:
+    """One line naming the first candidate (raw checkpoint dicts) whose prompt texts no longer give its
+    recorded fingerprint (edited after the run wrote them: its scores belong to other texts), else None."""
+    for cid, c in candidates.items():
+        if not isinstance(c, dict) or not isinstance(c.get("prompts"), dict):
+            continue
+        try:
+            now = PromptSet.from_dict(c["prompts"]).fingerprint()
+        except Exception as e:  # noqa: BLE001 - an unreadable prompt set is the same kind of damage
+            return f"candidate {cid}'s prompts cannot be read ({type(e).__name__}); the file was damaged or edited"
+        if now != c.get("fingerprint"):
+            return (f"candidate {cid}'s prompt texts give fingerprint {now}, the run recorded "
+                    f"{c.get('fingerprint')}: they were edited after the run played them, so its scores "
+                    "belong to other texts; restore the file or start a new run")
+    return None
 
 
 def resolve_run_dir(run: str, results_dir: str = "results") -> Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.fileio import write_text_atomic
-from promptevo.optim.state import CHECKPOINT, RunError
+from promptevo.optim.state import CHECKPOINT, RunError, fingerprint_mismatch
 from promptevo.reporting import charts
 from promptevo.segments import PromptSet, diff_prompts
 
@@ -75,6 +75,9 @@ def load_run(run_dir: str | Path) -> dict:
         raise RunError(f"corrupt checkpoint {path}: {_line(e)}") from None
     if not isinstance(ckpt, dict):
         raise RunError(f"corrupt checkpoint {path}: not a JSON object")
+    bad = fingerprint_mismatch(ckpt.get("candidates") if isinstance(ckpt.get("candidates"), dict) else {})
+    if bad:
+        raise RunError(f"checkpoint {path}: {bad}")
     errors: list[str] = []
     report = _read_json(run_dir / "report.json", errors) if (run_dir / "report.json").exists() else None
     analyses: dict[int, dict] = {}

@@ -44,6 +44,25 @@ def quotas(ops: Sequence[str], n: int) -> dict[str, int]:
     return q
 
 
+def segment_cap(cfg: object, parent: PromptSet) -> int:
+    """The most tokens (4 characters each) one segment of a child may hold: ``max_segment_tokens`` when set,
+    else twice the parent's prompts, at least 512."""
+    given = getattr(cfg, "max_segment_tokens", None)
+    return int(given) if given else max(512, 2 * parent.token_estimate())
+
+
+def oversized(child: PromptSet, parent: PromptSet, cap: int) -> str | None:
+    """``"<module>.<segment> (N tokens)"`` for the first segment the child wrote (new or changed text) that is
+    longer than ``cap`` tokens, else None."""
+    old = {(m, s.name): s.text for m, p in parent.modules for s in p.segments}
+    for m, p in child.modules:
+        for s in p.segments:
+            tokens = (len(s.text) + 3) // 4
+            if tokens > cap and old.get((m, s.name)) != s.text:
+                return f"{m}.{s.name} ({tokens} tokens)"
+    return None
+
+
 def run_operator(name: str, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> int:
     """Add up to ``k`` children of operator ``name`` to the batch; returns how many it added. An operator
     that raises is logged with its name (and the error's first line) and adds nothing."""
@@ -60,6 +79,19 @@ def run_operator(name: str, parent: PromptSet, evidence: dict, ctx: OperatorCont
         log.debug("operator %s raised", name, exc_info=True)
         return 0
     props = props[:k]
+    cap = segment_cap(ctx.cfg, parent)
+    kept = []
+    for p in props:
+        big = oversized(p.prompts, parent, cap)
+        if big is None:
+            kept.append(p)
+            continue
+        line = (f"operator {name!r} wrote {big}, over the {cap}-token cap per segment (--max-segment-tokens); "
+                "child refused")
+        ctx.log.append(line)
+        ctx.record["oversized"] = int(ctx.record.get("oversized", 0)) + 1
+        ctx.game.warn_once(f"oversized:{name}", f"warning: {line}")
+    props = kept
     for p in props:
         src = dict(p.source or {})
         src.setdefault("author", op.author)
