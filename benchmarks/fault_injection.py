@@ -4,7 +4,7 @@ user meets, and check that a failure is never a finished run and that nothing fi
     python benchmarks/fault_injection.py [--out benchmarks/fault_injection.json]
 
 The server (a test double, in this process) answers ``POST /v1/chat/completions`` according to a mode
-switched between cases: ``ok`` (a valid action), ``500``, ``garbage`` (a 200 that is not JSON), ``empty``
+switched between cases: ``ok`` (a valid action), ``500``, ``garbage`` (a 200 that is not JSON), ``huge`` (1 MB replies), ``empty``
 (empty replies), ``hang`` (never answers in time), ``down`` (closed port). Each case runs
 ``promptevo optimize`` / ``eval`` as a subprocess on a tiny goto configuration and prints one row: the exit
 code, the one-line message, and whether any finished episode was lost or counted twice. Every row must
@@ -73,7 +73,7 @@ class Server:
                     self._send(200, b"<html>not json</html>", "text/html")
                     return
                 req = json.loads(raw or b"{}")
-                text = "" if mode == "empty" else REPLY
+                text = "" if mode == "empty" else ("x" * 1_000_000) if mode == "huge" else REPLY
                 body = completion_body(text, str(req.get("model") or "fake"),
                                        sum(len(str(m.get("content"))) for m in req.get("messages") or []))
                 self._send(200, json.dumps(body).encode())
@@ -220,6 +220,109 @@ def run_cases(work: Path, srv: Server) -> list[dict]:
             "--api-base", f"http://127.0.0.1:{closed_port()}/v1", "--results-dir", str(work / "eval"), "--timeout", "3")
     rows.append({"case": "eval-server-down", "rc": r.returncode, "message": last_line(r)[:220], "finished": 0,
                  "double_counted": 0, "ok": r.returncode == 3 and "could not be played" in r.stderr})
+    rows += integrity_cases(work, srv)
+    return rows
+
+
+def integrity_cases(work: Path, srv: Server) -> list[dict]:
+    """Issue 34's cases: fabricated and duplicated episodes, an edited checkpoint prompt, a 1 MB reply, a run
+    name that leaves --results-dir, markup in exports, --dry-run's checks, file contents in error lines."""
+    from promptevo.evaluation.store import line_sum
+    from promptevo.segments import PromptSet
+
+    rows: list[dict] = []
+    srv.mode = "ok"
+
+    def row(case: str, r: Any, ok: bool, finished: int = 0, **more: Any) -> dict:
+        rc = r.returncode if hasattr(r, "returncode") else r
+        msg = last_line(r)[:220] if hasattr(r, "stderr") else ""
+        return {"case": case, "rc": rc, "message": msg or "finished", "finished": finished, "double_counted": 0,
+                "ok": bool(ok), **more}
+
+    # 1. an interrupted run, then success lines appended for test seeds it never scheduled (with valid digests)
+    srv.requests, srv.fail_after = 0, 6
+    cli("optimize", *TINY, "--model", "openai/fake", "--api-base", srv.api_base, "--results-dir", str(work),
+        "--run", "forged")
+    srv.fail_after = None
+    run = work / "forged"
+    ck = json.loads((run / "checkpoint.json").read_text())
+    real = (run / "episodes.jsonl").read_text().splitlines()
+    forged = []
+    for seed in ck["splits"]["test"]:
+        rec = json.loads(real[0])
+        rec.update(key=ck["candidates"]["c0"]["fingerprint"], seed=int(seed), split="test")
+        rec["result"] = {**rec["result"], "seed": int(seed), "success": True, "progression": 1.0}
+        rec["sum"] = line_sum(rec)
+        forged.append(json.dumps(rec))
+    forged.append(real[0])  # a duplicate
+    with (run / "episodes.jsonl").open("a") as f:
+        f.write("\n".join(forged) + "\n")
+    r = cli("optimize", "--resume", str(run), "--quiet")
+    rep = json.loads((run / "report.json").read_text()) if (run / "report.json").exists() else {}
+    truth = json.loads((work / "outage" / "report.json").read_text())  # the same run, not tampered with
+    same = [x["success_rate"] for x in rep.get("rows", [])] == [x["success_rate"] for x in truth["rows"]]
+    refused = sum("refused, never scored" in str(w) for w in rep.get("warnings", []))
+    rows.append(row("fabricated-episodes", r, r.returncode == 0 and same and refused == len(forged),
+                    finished=store_check(run)[0], refused=refused))
+
+    # 2. a prompt text edited inside a finished run's checkpoint
+    edited = work / "edited"
+    shutil.copytree(work / "secret", edited)
+    data = json.loads((edited / "checkpoint.json").read_text())
+    mods = data["candidates"]["c0"]["prompts"]["modules"]
+    mods[next(iter(mods))][0]["text"] += " Always go forward."
+    (edited / "checkpoint.json").write_text(json.dumps(data))
+    rr, re_ = cli("report", str(edited)), cli("export", str(edited), "--out", str(work / "edited-export"))
+    rows.append(row("edited-checkpoint-prompt", f"{rr.returncode} / {re_.returncode}",
+                    rr.returncode == re_.returncode == 2 and "edited after" in rr.stderr + re_.stderr))
+    rows[-1]["message"] = last_line(rr)[:220]
+
+    # 3. a server that sends 1 MB replies, whatever max_tokens says
+    srv.mode = "huge"
+    r = cli("optimize", *TINY, "--model", "openai/fake", "--api-base", srv.api_base, "--results-dir", str(work),
+            "--run", "huge")
+    srv.mode = "ok"
+    size = sum(p.stat().st_size for p in (work / "huge").rglob("*") if p.is_file())
+    rows.append(row("1mb-replies", r, r.returncode == 0 and size < 5_000_000 and "Traceback" not in r.stderr,
+                    finished=store_check(work / "huge")[0], run_bytes=size))
+
+    # 4. a run name that points outside --results-dir
+    inside = work / "inside"
+    r = cli("optimize", *TINY, "--model", "openai/fake", "--api-base", srv.api_base, "--results-dir", str(inside),
+            "--run", "../escaped")
+    rows.append(row("run-outside-results-dir", r, r.returncode == 2 and not (work / "escaped").exists()
+                    and "not a run name" in r.stderr))
+
+    # 5. markup and terminal escapes an LLM wrote, in a promoted segment and a rationale, then exported
+    hostile = work / "hostile"
+    shutil.copytree(work / "secret", hostile)
+    data = json.loads((hostile / "checkpoint.json").read_text())
+    best = data["candidates"][data["best_id"]]
+    bad = "<script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[2J\x1b]8;;http://evil\x07link\x1b]8;;\x07 ``` end"
+    mods = best["prompts"]["modules"]
+    mods[next(iter(mods))][0]["text"] += " " + bad
+    best["fingerprint"] = PromptSet.from_dict(best["prompts"]).fingerprint()
+    for c in data["candidates"].values():
+        if c.get("edit"):
+            c["edit"]["rationale"] = bad
+    (hostile / "checkpoint.json").write_text(json.dumps(data))
+    r = cli("export", str(hostile), "--out", str(work / "hostile-export"))
+    texts = [p.read_text() for p in (work / "hostile-export").glob("*.md")] if r.returncode == 0 else []
+    rows.append(row("markup-in-exports", r, r.returncode == 0 and texts and not any(
+        "<script" in t or "<img" in t or "\x1b" in t for t in texts)))
+
+    # 7. --dry-run refuses what the run refuses
+    r = cli("optimize", "--task", "goto", "--agent", "robust-cot", "--history", "-1", "--dry-run", "--model",
+            "openai/fake", "--api-base", srv.api_base, "--seconds-per-call", "1", "--results-dir", str(work / "dry"))
+    rows.append(row("dry-run-history-minus-1", r, r.returncode == 2 and not (work / "dry").exists()))
+
+    # 8. file contents in an error line are printed as they are (no markup, no emoji codes)
+    bad_file = work / "passwd.md"
+    bad_file.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    r = cli("optimize", *TINY, "--model", "openai/fake", "--api-base", srv.api_base, "--results-dir", str(work),
+            "--run", "badprompts", "--prompts", str(bad_file))
+    rows.append(row("file-contents-in-error", r, r.returncode == 2 and "root:x:0" in r.stderr
+                    and "\u274c" not in r.stderr))
     return rows
 
 

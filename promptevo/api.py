@@ -57,20 +57,14 @@ def usage_of(*gateways: Any) -> Callable[[], dict]:
     return now
 
 
-def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | None = None,
-             initial_prompts: PromptSet | None = None, agent_gateway: Any = None, optimizer_gateway: Any = None,
-             adapter: Any = None, agent_builder: Callable | None = None, runner: Callable | None = None,
-             listeners: Sequence[Any] | None = None, quiet: bool = False, console: Any = None,
-             worker_setup: Callable[[], Any] | None = None, **settings: Any) -> RunResult:
-    """Optimize an agent's prompts on a task; returns the best prompts and the report (test split).
-
-    Give an :class:`~promptevo.optim.config.OptimizeConfig` or its fields as keywords
-    (``optimize(task="goto", generations=3, model="openai/gpt-4o-mini")``). Defaults: gateways built from
-    the models in the config; the task loaded by name; the agent's default prompts (or ``prompts=FILE``);
-    the text-game adapter. ``task`` is a task name or a :class:`~promptevo.tasks.TaskConfig` (for a task that
-    has no file). Pass ``adapter`` to optimize something else (see
-    :class:`promptevo.optim.adapter.Adapter`). Raises :class:`RunError` / :class:`ConfigError` (one line).
-    """
+def prepare(config: OptimizeConfig | None = None, *, task: TaskConfig | str | None = None,
+            initial_prompts: PromptSet | None = None, agent_gateway: Any = None, optimizer_gateway: Any = None,
+            adapter: Any = None, agent_builder: Callable | None = None, runner: Callable | None = None,
+            worker_setup: Callable[[], Any] | None = None, **settings: Any) -> tuple:
+    """Every check a run makes before its folder exists (settings, task, seed counts, prompts, agent options,
+    libraries), with nothing played or written: ``optimize --dry-run`` calls it, so it refuses what the run
+    would. Returns ``(config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway)``; raises
+    :class:`RunError` / :class:`ConfigError` (one line)."""
     if isinstance(task, str):
         settings.setdefault("task", task)
         task = None
@@ -131,6 +125,40 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
             check(initial_prompts) if inspect.signature(check).parameters else check()
         except (HintLibraryError, SkillLibraryError, AgentError) as e:
             raise RunError(str(e)) from None
+    check_seed_counts(config, task)
+    return config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway
+
+
+def check_seed_counts(config: OptimizeConfig, task: TaskConfig) -> None:
+    """The seeds a run asks of each split exist (one line naming the option otherwise)."""
+    need = {"train": (config.effective_evidence_episodes + config.episodes,
+                      f"--episodes {config.episodes} + --evidence-episodes {config.effective_evidence_episodes}"),
+            "validation": (config.validation_episodes, f"--validation-episodes {config.validation_episodes}"),
+            "test": (config.test_episodes, f"--test-episodes {config.test_episodes}")}
+    for split, (n, what) in need.items():
+        have = len(task.seed_list(split))  # type: ignore[arg-type]
+        if n > have:
+            raise ConfigError(f"{what.split()[0]}: {what} needs {n} {split} seeds; task {task.name!r} has {have}")
+
+
+def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | None = None,
+             initial_prompts: PromptSet | None = None, agent_gateway: Any = None, optimizer_gateway: Any = None,
+             adapter: Any = None, agent_builder: Callable | None = None, runner: Callable | None = None,
+             listeners: Sequence[Any] | None = None, quiet: bool = False, console: Any = None,
+             worker_setup: Callable[[], Any] | None = None, **settings: Any) -> RunResult:
+    """Optimize an agent's prompts on a task; returns the best prompts and the report (test split).
+
+    Give an :class:`~promptevo.optim.config.OptimizeConfig` or its fields as keywords
+    (``optimize(task="goto", generations=3, model="openai/gpt-4o-mini")``). Defaults: gateways built from
+    the models in the config; the task loaded by name; the agent's default prompts (or ``prompts=FILE``);
+    the text-game adapter. ``task`` is a task name or a :class:`~promptevo.tasks.TaskConfig` (for a task that
+    has no file). Pass ``adapter`` to optimize something else (see
+    :class:`promptevo.optim.adapter.Adapter`). Raises :class:`RunError` / :class:`ConfigError` (one line).
+    """
+    config, task, adapter, initial_prompts, agent_gateway, optimizer_gateway = prepare(
+        config, task=task, initial_prompts=initial_prompts, agent_gateway=agent_gateway,
+        optimizer_gateway=optimizer_gateway, adapter=adapter, agent_builder=agent_builder, runner=runner,
+        worker_setup=worker_setup, **settings)
     run_dir = config.run_path()
     fresh = not run_dir.exists()
     lock = FolderLock(run_dir)  # every option is checked above, before the run folder exists

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import html
 import json
 import re
 from dataclasses import dataclass, field
@@ -25,8 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from promptevo.errors import PromptevoError
+from promptevo.safetext import strip_control
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
+#: the key of the prompt file's first-line comment that says its texts are HTML-escaped
+ESCAPED_KEY = "promptevo-text"
 _HEAD_RE = re.compile(r"^(#{1,2})[ \t]+(\S.*?)\s*$")
 
 
@@ -43,9 +47,10 @@ def check_name(name: str, what: str = "segment") -> str:
 
 
 def sanitize_text(text: str) -> str:
-    """Strip surrounding blank lines and demote '#'/'##' headings inside segment text to '###'."""
+    """Strip surrounding blank lines, control characters and terminal escapes (newline and tab kept), and
+    demote '#'/'##' headings inside segment text to '###'."""
     lines = []
-    for line in text.strip("\n").splitlines():
+    for line in strip_control(text).strip("\n").splitlines():
         m = _HEAD_RE.match(line)
         if m:
             line = "### " + m.group(2)
@@ -170,17 +175,18 @@ class PromptSet:
         return cls.of(mods, {str(k): str(v) for k, v in (data.get("meta") or {}).items()})
 
     def to_markdown(self) -> str:
-        out: list[str] = []
-        if self.meta:
-            out.append("<!-- " + json.dumps(dict(self.meta), ensure_ascii=False) + " -->")
-            out.append("")
+        """The prompt file: ``# module`` / ``## segment`` headings, each segment's text under its own. The
+        texts are HTML-escaped (``&``, ``<``, ``>``) so a renderer shows a ``<script>`` an LLM wrote as text;
+        the first line's comment says so and :meth:`from_markdown` reads them back as written."""
+        meta = {**dict(self.meta), ESCAPED_KEY: "html"}
+        out = ["<!-- " + json.dumps(meta, ensure_ascii=False).replace(">", "\\u003e") + " -->", ""]
         for m, p in self.modules:
             out.append(f"# {m}")
             out.append("")
             for s in p.segments:
                 out.append(f"## {s.name}")
                 out.append("")
-                out.append(sanitize_text(s.text))
+                out.append(html.escape(sanitize_text(s.text), quote=False))
                 out.append("")
         return "\n".join(out).rstrip() + "\n"
 
@@ -191,11 +197,13 @@ class PromptSet:
         cur_mod: str | None = None
         cur_seg: str | None = None
         buf: list[str] = []
+        escaped = False  # written by to_markdown: texts are HTML-escaped
 
         def flush() -> None:
             nonlocal buf
             if cur_seg is not None and cur_mod is not None:
-                mods[cur_mod].append(Segment(cur_seg, sanitize_text("\n".join(buf))))
+                text = "\n".join(buf)
+                mods[cur_mod].append(Segment(cur_seg, sanitize_text(html.unescape(text) if escaped else text)))
             buf = []
 
         lines = text.splitlines()
@@ -206,6 +214,7 @@ class PromptSet:
             except (ValueError, AttributeError):
                 meta = {}
             lines = lines[1:]
+            escaped = meta.pop(ESCAPED_KEY, None) == "html"
         for lineno, line in enumerate(lines, 1):
             m = _HEAD_RE.match(line)
             if m and len(m.group(1)) == 1:
@@ -302,7 +311,7 @@ def apply_edit(ps: PromptSet, edit: Edit) -> PromptSet:
         raise PromptFormatError(f"{edit.describe()}: no such segment (have {prompt.names})")
     if edit.op == "add" and edit.segment in prompt.names:
         raise PromptFormatError(f"{edit.describe()}: segment already exists")
-    return ps.replace_module(edit.module, prompt.with_segment(edit.segment, edit.text, after=edit.after))
+    return ps.replace_module(edit.module, prompt.with_segment(edit.segment, sanitize_text(edit.text), after=edit.after))
 
 
 # -- diff ------------------------------------------------------------------------------------------

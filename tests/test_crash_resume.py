@@ -211,3 +211,24 @@ def test_a_writer_killed_mid_record_loses_only_that_record_and_resumes_twice(tmp
     second.put("k", 4, {"seed": 4, "success": True})
     third = EpisodeStore(path)
     assert third.recovered is None and [third.get("k", s)["seed"] for s in range(5)] == [0, 1, 2, 3, 4]
+
+
+def test_sigterm_says_so_and_resume_finishes(tmp_path):
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONUNBUFFERED="1")
+    args = ["--task", "goto", "--agent", "robust-cot", "--generations", "1", "--episodes", "3", "--evidence-episodes",
+            "3", "--children", "1", "--validation-episodes", "3", "--test-episodes", "3", "--max-steps", "4",
+            "--concurrency", "1", "--baseline", "none", "--no-cache"]
+    run_dir = tmp_path / "term"
+    with FakeOpenAIServer(delay=0.05, reply=scripted_model_double(), max_seconds=200) as server:
+        proc = subprocess.Popen(optimize_cmd(server.api_base, tmp_path, *args, "--run", "term"), env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while proc.poll() is None and stored_lines(run_dir) < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        assert "terminated (SIGTERM)" in err and f"--resume {run_dir}" in err
+        again = subprocess.run(optimize_cmd(server.api_base, tmp_path, "--resume", "term"), env=env, cwd=ROOT,
+                               capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr

@@ -149,6 +149,120 @@ def test_negative_margins_need_their_flag():
 
 
 def test_a_refused_new_run_leaves_no_folder(tmp_path):
-    with pytest.raises(RunError):
+    from promptevo.api import remove_if_unstarted
+    from promptevo.optim.config import ConfigError
+
+    with pytest.raises(ConfigError, match="needs 10008 train seeds"):  # refused before the folder exists
         run(config(tmp_path, run="tiny", episodes=10_000))
     assert not (tmp_path / "tiny").exists()
+    res = run(config(tmp_path, generations=0, test_episodes=2))  # a run that played: its folder stays
+    remove_if_unstarted(res.run_dir)
+    assert (res.run_dir / "episodes.jsonl").exists()
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.toml").write_text("")
+    (bare / "checkpoint.json").write_text("{}")
+    remove_if_unstarted(bare)
+    assert not bare.exists()
+
+
+HOSTILE = "Turn <script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[2J\x1b]8;;http://evil\x07link\x1b]8;;\x07 ```` end"
+
+
+def test_exports_hold_no_raw_markup_and_no_escape_bytes(tmp_path):
+    from promptevo.reporting.export import export_run
+    from promptevo.segments import PromptSet
+
+    res = run(config(tmp_path, generations=1))
+    path = res.run_dir / "checkpoint.json"
+    data = json.loads(path.read_text())
+    for c in data["candidates"].values():  # what a hostile optimizer reply would have written
+        if c["edit"]:
+            c["edit"]["rationale"] = HOSTILE
+    path.write_text(json.dumps(data))
+    best = load_checkpoint(res.run_dir).best.prompt_set()
+    mod, prompt = best.modules[0]
+    hostile = PromptSet.from_dict({"meta": {}, "modules": {mod: [{"name": "x", "text": HOSTILE}]}})
+    out = export_run(res.run_dir, tmp_path / "out")
+    texts = {p.name: p.read_text() for p in out if p.suffix == ".md"}
+    texts["hostile.md"] = hostile.to_markdown()
+    for name, text in texts.items():
+        assert "\x1b" not in text and "<script" not in text and "<img" not in text, name
+    assert "&lt;script&gt;" in texts["hostile.md"]
+    back = PromptSet.from_markdown(texts["hostile.md"]).to_dict()["modules"][mod][0]["text"]
+    assert "<script>alert(1)</script>" in back and "\x1b" not in back  # the text itself, minus escapes
+    from promptevo.safetext import fence
+
+    block = fence(["a ```` b"], "diff")
+    assert block[0] == "`````diff" and block[-1] == "`````"
+
+
+def test_export_out_refuses_a_folder_with_files(tmp_path):
+    from promptevo.cli.export import cli_main
+
+    res = run(config(tmp_path, generations=1))
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    assert cli_main([str(res.run_dir), "--out", str(other)]) == 2
+    assert (other / "notes.txt").read_text() == "keep me" and not (other / "best.md").exists()
+    assert cli_main([str(res.run_dir), "--out", str(other), "--force"]) == 0 and (other / "best.md").exists()
+
+
+def test_dry_run_refuses_what_the_run_refuses(tmp_path, capsys):
+    from promptevo.cli.optimize import cli_main
+
+    base = ["--task", "goto", "--dry-run", "--results-dir", str(tmp_path), "--model", "fake/scripted"]
+    for extra, says in ((["--agent", "robust-cot", "--history", "-1"], "history"),
+                        (["--episodes", "5000"], "--episodes"), (["--init", "nosuch"], "nosuch"),
+                        (["--prompts", __file__], "--prompts")):
+        assert cli_main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_error_lines_print_file_contents_literally(capsys):
+    from promptevo.cli.errors import print_error
+
+    print_error("bad line 'root:x:0:0' [bold]x[/] \x1b[2Jend")
+    err = capsys.readouterr().err
+    assert "root:x:0:0" in err and "[bold]x[/]" in err and "\x1b[2J" not in err
+
+
+def test_plain_progress_lines_keep_coming_during_a_long_silence():
+    import io
+    import time
+
+    from promptevo.optim.progress import PlainLines
+
+    out = io.StringIO()
+    lines = PlainLines(out, cfg=config(__import__("pathlib").Path("/tmp")), heartbeat_s=0.2)
+    lines.on_event("episode", {"seed": 1, "success": True, "split": "train", "calls": 3})
+    time.sleep(1.2)  # a long LLM call: no event
+    lines.on_event("run_end", {"stop_reason": "done"})
+    beats = [ln for ln in out.getvalue().splitlines() if ln.startswith("progress:")]
+    assert beats and "1/~" in beats[0] and "3 LLM calls" in beats[0] and "elapsed" in beats[0]
+
+
+def test_a_silent_server_is_named_while_the_call_waits(monkeypatch, caplog):
+    import logging
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from fake_openai_server import FakeOpenAIServer
+
+    import promptevo.llm.gateway as gateway
+    from promptevo.llm import Gateway, LLMConfig
+
+    monkeypatch.setattr(gateway, "SILENT_AFTER_S", 0.2)
+    srv = FakeOpenAIServer(delay=0.8, reply="ok").start()
+    try:
+        gw = Gateway(LLMConfig(model="openai/fake", api_base=srv.api_base, api_key="k", cache_dir=None, num_retries=0))
+        with caplog.at_level(logging.WARNING, logger="promptevo.llm.gateway"):
+            gw.complete([{"role": "user", "content": "hi"}])
+    finally:
+        srv.stop()
+    said = [r.getMessage() for r in caplog.records if "no answer" in r.getMessage()]
+    assert said and said[0].startswith(f"waiting for {srv.api_base}: no answer for 0") and "attempt 1 of 1" in said[0]

@@ -78,8 +78,9 @@ def test_every_run_writes_its_settings_and_config_repeats_it(tmp_path):
 
 
 def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--agent", "random",
-                        "--preset", "quick", "--dry-run", "--results-dir", str(tmp_path / "res")],
+    r = subprocess.run([sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--agent", "naive",
+                        "--model", "fake/scripted", "--seconds-per-call", "1", "--preset", "quick", "--dry-run",
+                        "--results-dir", str(tmp_path / "res")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "plan: goto" in r.stderr and "final test" in r.stderr and not (tmp_path / "res").exists()
@@ -117,7 +118,7 @@ def test_seconds_per_call_gives_the_estimate_and_a_failed_probe_leaves_it_unknow
 
 
 def test_plan_reads_parsed_options_short_flags_and_abbreviations_included(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--agent", "random",
+    r = subprocess.run([sys.executable, "-m", "promptevo", "optimize", "--task", "goto", "--agent", "naive", "--model", "fake/scripted",
                         "--preset", "quick", "-g", "3", "--dry", "--seconds-per-call", "1",
                         "--results-dir", str(tmp_path / "res")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

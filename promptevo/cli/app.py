@@ -28,8 +28,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 REMOTE_HELP = """\
 Remote and server models use LiteLLM model strings; keys come from the usual environment variables:

@@ -78,8 +78,8 @@ def cli_main(args: Sequence[str]) -> int:
     """Entry point of ``promptevo compare``; returns the exit code."""
     from rich.console import Console
 
-    err = Console(stderr=True)
-    out = Console()
+    err = Console(stderr=True, emoji=False)
+    out = Console(emoji=False)
     try:
         cfg, quiet, as_json = config_from_args(args)
         check_methods_available(cfg.methods)

@@ -79,7 +79,7 @@ def cli_main(args: Sequence[str]) -> int:
     """Entry point of ``promptevo curriculum``; returns the exit code."""
     from rich.console import Console
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     try:
         cfg, kw, quiet = curriculum_args(args)
     except SystemExit as e:  # --help
@@ -95,7 +95,7 @@ def cli_main(args: Sequence[str]) -> int:
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: continue with `promptevo curriculum --resume {cfg.run_path()}`")
         return 130
-    out = Console()
+    out = Console(emoji=False)
     out.print(curriculum_table(res.data), markup=False, highlight=False, soft_wrap=True)
     out.print(f"curriculum: {res.run_dir / 'curriculum.md'} | best prompts: "
               f"{res.run_dir / f'stage-{len(res.stages)}' / 'best.md'}", markup=False, highlight=False, soft_wrap=True)

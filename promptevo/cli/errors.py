@@ -20,5 +20,7 @@ def print_error(message: object) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    line = " ".join(str(message).split()) or "error"
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    from promptevo.safetext import strip_control
+
+    line = " ".join(strip_control(str(message)).split()) or "error"
+    Console(stderr=True, emoji=False).print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)

@@ -19,8 +19,8 @@ from promptevo.cli.errors import UserError, print_error, user_error_types
 from promptevo.cli.parsing import check_run_name
 from promptevo.reporting.console import print_json, print_table
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 
 def _slug(text: str) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
-from promptevo.cli.errors import print_error, user_error_types
+from promptevo.cli.errors import UserError, print_error, user_error_types
 from promptevo.cli.parsing import CommandParser
 from promptevo.optim.state import RunError, resolve_run_dir
 from promptevo.reporting.export import export_run
@@ -15,7 +16,9 @@ def build_parser() -> CommandParser:
     p = CommandParser(prog="promptevo export",
                       description="Write a run's best prompts (md + json), agent.json and LINEAGE.md.")
     p.add_argument("run", help="run folder, or a run name under --results-dir")
-    p.add_argument("--out", "-o", help="output folder (default <run>/export)")
+    p.add_argument("--out", "-o", help="output folder (default <run>/export); an existing folder that is not an "
+                   "export needs --force")
+    p.add_argument("--force", action="store_true", help="write into an existing --out folder")
     p.add_argument("--results-dir", default="results", help="where run folders are (default results)")
     return p
 
@@ -26,13 +29,16 @@ def cli_main(args: Sequence[str]) -> int:
 
     try:
         ns = build_parser().parse_args(list(args))
+        if ns.out and not ns.force and Path(ns.out).exists() and (not Path(ns.out).is_dir() or any(Path(ns.out).iterdir())):
+            raise UserError(f"--out: {ns.out} exists and is not empty; its files would be overwritten (give --force "
+                            "to write there anyway, or choose another folder)")
         paths = export_run(resolve_run_dir(ns.run, ns.results_dir), ns.out)
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (RunError, OSError, *user_error_types()) as e:
         print_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return 2
-    out = Console()
+    out = Console(emoji=False)
     for path in paths:
         out.print(str(path), highlight=False, markup=False, soft_wrap=True)
     data = json.loads(paths[2].read_text(encoding="utf-8"))

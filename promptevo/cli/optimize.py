@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -241,7 +242,7 @@ def cli_main(args: Sequence[str]) -> int:
 
     from promptevo.api import optimize
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     try:
         ns = build_parser().parse_args(list(args))
         cfg, quiet = config_from_namespace(ns)
@@ -252,6 +253,10 @@ def cli_main(args: Sequence[str]) -> int:
         return 2
     dry = bool(ns.dry_run)
     try:
+        if dry:  # every check the run makes before its folder exists
+            from promptevo.api import prepare
+
+            prepare(cfg)
         for line in run_plan(cfg, set(given_options(ns)), probe=dry,
                              seconds_per_call=_seconds_per_call(ns.seconds_per_call)):
             err.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -260,14 +265,28 @@ def cli_main(args: Sequence[str]) -> int:
         return 2
     if dry:
         return 0
+    terminated = []
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: the default handler stays
+        previous = None
     try:
         res = optimize(cfg, quiet=quiet)
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted[/]: nothing finished is lost; continue with `promptevo optimize --resume "
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        err.print(f"[yellow]{what}[/]: nothing finished is lost; continue with `promptevo optimize --resume "
                   f"{cfg.run_path()}`", highlight=False, soft_wrap=True)
-        return 130
+        return 143 if terminated else 130
     except (RunError, ConfigError, *user_error_types()) as e:
         print_error(e)
         return 3 if isinstance(e, RunStopped) else 2
-    Console().print(f"best prompts: {res.run_dir / 'best.md'} | report: {res.run_dir / 'report.md'}")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    Console(emoji=False).print(f"best prompts: {res.run_dir / 'best.md'} | report: {res.run_dir / 'report.md'}")
     return 0

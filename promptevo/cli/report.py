@@ -36,5 +36,5 @@ def cli_main(args: Sequence[str]) -> int:
     except (RunError, OSError, *user_error_types()) as e:
         print_error(e)
         return 2
-    Console().print(str(path), highlight=False, markup=False, soft_wrap=True)
+    Console(emoji=False).print(str(path), highlight=False, markup=False, soft_wrap=True)
     return 0

@@ -20,12 +20,14 @@ same reply). Disable the cache (``cache_dir=None``) to sample several different 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -54,6 +56,9 @@ PLACEHOLDER_LOCAL_KEY = "sk-no-key-required"
 # --------------------------------------------------------------------------------------------------
 # error classification
 
+
+#: seconds of silence from a server before a call says it is still waiting
+SILENT_AFTER_S = 30
 
 #: a reply longer than max_tokens * this many characters came from a server that ignored max_tokens: it is
 #: cut there and flagged truncated (no tokenizer writes 8 characters per token on average)
@@ -488,7 +493,7 @@ class Gateway:
         attempts = self.config.num_retries + 1
         for attempt in range(attempts):
             try:
-                with self._sem:
+                with self._sem, self._watchdog(attempt, attempts):
                     start = time.perf_counter()
                     response = litellm.completion(**kw)
                     latency = time.perf_counter() - start
@@ -500,6 +505,23 @@ class Gateway:
             self.usage.record(role, result)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.contextmanager
+    def _watchdog(self, attempt: int, attempts: int) -> Iterator[None]:
+        """Name a server that does not answer: one warning after :data:`SILENT_AFTER_S` seconds of a call
+        (in-process models are slow by nature and get none)."""
+        if self.in_process:
+            yield
+            return
+        where = redact_url(self.config.api_base) or self.config.model
+        timer = threading.Timer(SILENT_AFTER_S, lambda: log.warning(
+            "waiting for %s: no answer for %d s, attempt %d of %d", where, SILENT_AFTER_S, attempt + 1, attempts))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     def _retry_delay(self, exc: Exception, role: str, attempt: int, attempts: int) -> float:
         """Seconds to wait before retrying a failed call, counted as a retry; or, for a permanent error
@@ -541,7 +563,8 @@ class Gateway:
             try:
                 async with sem:
                     start = time.perf_counter()
-                    response = await litellm.acompletion(**kw)
+                    with self._watchdog(attempt, attempts):
+                        response = await litellm.acompletion(**kw)
                     latency = time.perf_counter() - start
                 result = self._to_completion(response, latency, kw.get("max_tokens"))
             except Exception as exc:  # noqa: BLE001 - classified in _retry_delay

@@ -183,7 +183,7 @@ def run_curriculum(
     if not quiet:
         from rich.console import Console
 
-        display = console or Console(stderr=True)
+        display = console or Console(stderr=True, emoji=False)
     if agent_gateway is None or optimizer_gateway is None:
         from promptevo.api import build_gateways
 

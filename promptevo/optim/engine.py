@@ -228,7 +228,7 @@ class Engine:
                     with self.lock:
                         self.episodes_run += 1
                     self.emit("episode", seed=int(ep["seed"]), success=bool(ep.get("success")),
-                              error=ep.get("error"), split=split)
+                              error=ep.get("error"), split=split, calls=int(ep.get("llm_calls") or 0))
 
                 results = self.adapter.evaluate(prompts, missing, agent=agent, on_episode=on_episode)
                 for ep in results:  # an adapter that did not report some episode through on_episode

@@ -169,6 +169,10 @@ def describe(plan: Plan, cfg: OptimizeConfig, given: set[str] | None = None) -> 
              + (f"{plan.calls_per_episode:.1f} calls per episode, as in the last run of this task and model"
                 if plan.calls_per_episode is not None else "episodes of half the step limit; racing and the loop "
                 "cut-off usually save more") + ")"]
+    cap = (f"{cfg.max_segment_tokens} tokens" if cfg.max_segment_tokens
+           else "twice the parent's prompts, at least 512 tokens")
+    lines.append(f"  written text: a child's segment holds at most {cap} (--max-segment-tokens), an optimizer reply "
+                 f"at most {cfg.optimizer_max_tokens} tokens; the time estimate counts prompts of the initial size")
     if plan.seconds_per_call is not None:
         lines.append(f"  time: expected about {d['expected_hours']:.1f} h, at most {d['max_hours']:.1f} h "
                      f"({plan.seconds_per_call:.2f} s per call, {plan.seconds_source})")

@@ -11,11 +11,17 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 
 from promptevo.optim.config import OptimizeConfig
+from promptevo.safetext import strip_control
+
+
+#: with no terminal, a progress line at least this often (seconds)
+HEARTBEAT_S = 60.0
 
 
 def planned_episodes(cfg: OptimizeConfig, generations_left: int | None = None) -> int:
@@ -31,7 +37,13 @@ def _dur(s: float) -> str:
 
 
 def format_line(kind: str, d: dict[str, Any]) -> str | None:
-    """The plain line for an event (None for events that get no line)."""
+    """The plain line for an event (None for events that get no line), without control sequences (an
+    LLM's text in a warning must not drive the terminal)."""
+    line = _line_of(kind, d)
+    return None if line is None else strip_control(line)
+
+
+def _line_of(kind: str, d: dict[str, Any]) -> str | None:
     g = d.get("generation")
     tag = f"[gen {g}] " if g is not None else ""
     if kind == "run_start":
@@ -61,14 +73,71 @@ def format_line(kind: str, d: dict[str, Any]) -> str | None:
     return None
 
 
-class PlainLines:
-    def __init__(self, stream: IO[str] | None = None):
-        self.stream = stream or sys.stderr
+class Tally:
+    """Episodes done against the plan, elapsed time and the estimate left (the live panel and the plain
+    lines' heartbeat share it)."""
+
+    def __init__(self, cfg: OptimizeConfig | None):
+        self.t0 = time.time()
+        self.done = 0
+        self.planned = planned_episodes(cfg) if cfg is not None else 0
+        self.calls = 0
 
     def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "episode":
+            self.done += 1
+            self.calls += int(data.get("calls") or 0)
+        usage = data.get("usage")
+        if isinstance(usage, dict) and usage.get("calls") is not None:  # every call, the optimizer's too
+            self.calls = max(self.calls, int(usage["calls"]))
+
+    def left_s(self) -> float | None:
+        elapsed = time.time() - self.t0
+        if not self.done or elapsed <= 0 or not self.planned:
+            return None
+        return max(0, self.planned - self.done) * elapsed / self.done
+
+    def line(self) -> str:
+        left = self.left_s()
+        return (f"progress: {self.done}/~{self.planned} episodes, {self.calls} LLM calls so far, elapsed "
+                f"{_dur(time.time() - self.t0)}, left (estimate from the episodes so far) "
+                f"{_dur(left) if left is not None else '-'}")
+
+
+class PlainLines:
+    """Plain lines on stderr (no terminal): every event's line, and a progress line whenever
+    ``heartbeat_s`` passed without one (a long LLM call still shows the run is alive)."""
+
+    def __init__(self, stream: IO[str] | None = None, cfg: OptimizeConfig | None = None,
+                 heartbeat_s: float = HEARTBEAT_S):
+        self.stream = stream or sys.stderr
+        self.tally = Tally(cfg)
+        self.heartbeat_s = heartbeat_s
+        self.last = time.time()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _print(self, line: str) -> None:
+        with self._lock:
+            print(line, file=self.stream, flush=True)
+            self.last = time.time()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(5.0, self.heartbeat_s / 4)):
+            if time.time() - self.last >= self.heartbeat_s:
+                self._print(self.tally.line())
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        if self._thread is None and self.heartbeat_s > 0:
+            self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+            self._thread.start()
+        self.tally.on_event(kind, data)
         line = format_line(kind, data)
         if line:
-            print(line, file=self.stream, flush=True)
+            self._print(line)
+        if kind == "run_end":
+            self._stop.set()
 
 
 class RunLog:
@@ -91,11 +160,10 @@ class LiveView:
         from rich.live import Live
 
         self.cfg = cfg
-        self.console = console or Console(stderr=True)
-        self.live = Live(console=self.console, refresh_per_second=4, transient=True)
-        self.t0 = time.time()
-        self.done = 0
-        self.planned = planned_episodes(cfg)
+        self.console = console or Console(stderr=True, emoji=False)
+        # the panel is rendered afresh at every refresh: its clock ticks during a long LLM call too
+        self.live = Live(console=self.console, refresh_per_second=2, transient=True, get_renderable=self._render)
+        self.tally = Tally(cfg)
         self.gen = "-"
         self.phase = "starting"
         self.best = "-"
@@ -105,11 +173,11 @@ class LiveView:
     def _render(self) -> Any:
         from rich.table import Table
 
-        elapsed = time.time() - self.t0
-        rate = self.done / elapsed if elapsed > 0 and self.done else 0.0
-        left = (self.planned - self.done) / rate if rate > 0 else None
+        elapsed = time.time() - self.tally.t0
+        left = self.tally.left_s()
         t = Table.grid(padding=(0, 2))
-        t.add_row("generation", f"{self.gen}/{self.cfg.generations}", "episodes", f"{self.done}/~{self.planned}")
+        t.add_row("generation", f"{self.gen}/{self.cfg.generations}", "episodes",
+                  f"{self.tally.done}/~{self.tally.planned}")
         t.add_row("now", self.phase, "best (validation)", self.best)
         t.add_row("tokens", f"{self.usage.get('tokens', 0):,}", "cost", f"${self.usage.get('cost', 0.0):.4f}")
         t.add_row("elapsed", _dur(elapsed), "left (estimate)", _dur(left) if left is not None else "-")
@@ -119,9 +187,8 @@ class LiveView:
         if not self.started:
             self.live.start()
             self.started = True
-        if kind == "episode":
-            self.done += 1
-        elif kind == "phase":
+        self.tally.on_event(kind, data)
+        if kind == "phase":
             self.phase = data.get("text", "")
         elif kind == "generation_start":
             self.gen = str(data.get("generation"))
@@ -133,7 +200,7 @@ class LiveView:
         line = format_line(kind, data)
         if line:
             self.console.print(line, markup=False, highlight=False)
-        self.live.update(self._render())
+        self.live.refresh()
         if kind == "run_end":
             self.close()
 
@@ -151,5 +218,5 @@ def default_listeners(cfg: OptimizeConfig, run_dir: Path, *, quiet: bool = False
     if console is not None or sys.stderr.isatty():
         out.append(LiveView(cfg, console))
     else:
-        out.append(PlainLines())
+        out.append(PlainLines(cfg=cfg))
     return out

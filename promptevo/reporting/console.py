@@ -32,12 +32,12 @@ def foldable(table: Table) -> Table:
 
 def print_table(table: Table, console: Console | None = None) -> None:
     """Print ``table`` on ``console`` (default stdout) without cutting any cell (see the module docstring)."""
-    con = console or Console()
+    con = console or Console(emoji=False)
     foldable(table)
     if not con.is_terminal:
-        wide = Console(width=MAX_WIDTH, file=con.file, color_system=None, force_terminal=False)
+        wide = Console(emoji=False, width=MAX_WIDTH, file=con.file, color_system=None, force_terminal=False)
         need = wide.measure(table).maximum
-        con = Console(width=max(80, min(MAX_WIDTH, need)), file=con.file, color_system=None, force_terminal=False,
+        con = Console(emoji=False, width=max(80, min(MAX_WIDTH, need)), file=con.file, color_system=None, force_terminal=False,
                       soft_wrap=False)
     con.print(table)
 

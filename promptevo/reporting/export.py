@@ -28,6 +28,7 @@ from typing import Any
 from promptevo.evaluation.statistics import summarize_records
 from promptevo.fileio import write_json_atomic, write_text_atomic
 from promptevo.optim.state import CHECKPOINT, Candidate, RunError, RunState, lineage, load_checkpoint
+from promptevo.safetext import fence, markdown_safe
 from promptevo.segments import PromptSet, diff_prompts
 
 
@@ -97,7 +98,7 @@ def lineage_markdown(st: RunState) -> str:
         if c.parent is not None and c.parent in st.candidates:
             diffs = diff_prompts(st.candidates[c.parent].prompt_set(), c.prompt_set())
             if diffs:
-                out += ["", "```diff"] + [d.unified() or f"{d.kind} {d.module}.{d.segment}" for d in diffs] + ["```"]
+                out += ["", *fence([d.unified() or f"{d.kind} {d.module}.{d.segment}" for d in diffs], "diff")]
         out.append("")
     on_chain = {x.id for x in chain}
     others = [c for c in st.candidates.values() if c.id not in on_chain]
@@ -142,7 +143,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[P
         **ps.to_dict(),
     }
     paths.append(write_json_atomic(out / "agent.json", agent_cfg))
-    paths.append(write_text_atomic(out / "LINEAGE.md", lineage_markdown(st)))
+    paths.append(write_text_atomic(out / "LINEAGE.md", markdown_safe(lineage_markdown(st))))
     if (run_dir / "report.html").is_file():  # written at the end of a run, or by `promptevo report`
         p = out / "report.html"
         if p.resolve() != (run_dir / "report.html").resolve():

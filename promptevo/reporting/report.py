@@ -26,6 +26,7 @@ from promptevo.optim.state import (
     segment_authors,
 )
 from promptevo.reporting.html import write_html
+from promptevo.safetext import markdown_safe
 from promptevo.segments import PromptSet
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -339,7 +340,7 @@ def _markdown(report: dict) -> str:
 
 def write_report(run_dir: Path, report: dict, st: RunState) -> None:
     write_json_atomic(run_dir / "report.json", report)
-    write_text_atomic(run_dir / "report.md", _markdown(report))
+    write_text_atomic(run_dir / "report.md", markdown_safe(_markdown(report)))
     best = st.best
     meta = {"task": st.config.task, "agent": st.config.agent, "run": run_dir.name, "candidate": best.id}
     best_ps = PromptSet(best.prompt_set().modules, tuple(meta.items()))
@@ -371,7 +372,7 @@ def rebuild_report(run_dir: Path) -> dict | None:
         return None
     report = build_report(_Recorded(run_dir, st))  # type: ignore[arg-type]
     write_json_atomic(run_dir / "report.json", report)
-    write_text_atomic(run_dir / "report.md", _markdown(report))
+    write_text_atomic(run_dir / "report.md", markdown_safe(_markdown(report)))
     return report
 
 
