@@ -4,7 +4,7 @@ user meets, and check that a failure is never a finished run and that nothing fi
     python benchmarks/fault_injection.py [--out benchmarks/fault_injection.json]
 
 The server (a test double, in this process) answers ``POST /v1/chat/completions`` according to a mode
-switched between cases: ``ok`` (a valid action), ``500``, ``garbage`` (a 200 that is not JSON), ``huge`` (1 MB replies), ``empty``
+switched between cases: ``ok`` (a valid action), ``500``, ``garbage`` (a 200 that is not JSON), ``huge`` (1 MB replies to the optimizer's calls), ``empty``
 (empty replies), ``hang`` (never answers in time), ``down`` (closed port). Each case runs
 ``promptevo optimize`` / ``eval`` as a subprocess on a tiny goto configuration and prints one row: the exit
 code, the one-line message, and whether any finished episode was lost or counted twice. Every row must
@@ -73,7 +73,10 @@ class Server:
                     self._send(200, b"<html>not json</html>", "text/html")
                     return
                 req = json.loads(raw or b"{}")
-                text = "" if mode == "empty" else ("x" * 1_000_000) if mode == "huge" else REPLY
+                system = " ".join(str(m.get("content")) for m in req.get("messages") or []
+                                  if m.get("role") == "system")
+                huge = mode == "huge" and ('"edits"' in system or "attributions" in system)  # the optimizer's calls
+                text = "" if mode == "empty" else ("Rewrite the rules. " * 55_000) if huge else REPLY
                 body = completion_body(text, str(req.get("model") or "fake"),
                                        sum(len(str(m.get("content"))) for m in req.get("messages") or []))
                 self._send(200, json.dumps(body).encode())
@@ -277,7 +280,7 @@ def integrity_cases(work: Path, srv: Server) -> list[dict]:
                     rr.returncode == re_.returncode == 2 and "edited after" in rr.stderr + re_.stderr))
     rows[-1]["message"] = last_line(rr)[:220]
 
-    # 3. a server that sends 1 MB replies, whatever max_tokens says
+    # 3. a server that sends 1 MB replies to the optimizer, whatever max_tokens says
     srv.mode = "huge"
     r = cli("optimize", *TINY, "--model", "openai/fake", "--api-base", srv.api_base, "--results-dir", str(work),
             "--run", "huge")
