@@ -123,8 +123,25 @@ def test_a_line_field_that_must_name_the_missions_thing_is_filled_per_episode():
     prompt = Prompt((Segment("answer-grammar", "Line: none | a {slot1} <text>\nLast word: left | none\n<|ACTION|>"),
                      Segment("slot-words", "red, ball, blue, key")))
     g = answer_grammar(prompt, ActionSpace(["turn left", "go forward"]), None, "go to the blue key")
-    assert 'f0 ::= "none" | "a blue key " [^\\n<]{1,100}' in g
+    assert 'f0y ::= "a blue key " [^\\n<]{1,100}' in g and 'f0n ::= "none"' in g
+    assert 'f1n ::= "none"' in g and 'f1y ::= "left"' in g  # "none" after a none line, a word after a line
     assert answer_grammar(Prompt((Segment("answer-grammar", "broken"),)), ActionSpace(["turn left"]), None, "x")
+
+
+def test_a_line_field_closed_to_the_observation_offers_only_its_lines_naming_the_thing():
+    from promptevo.agents.base import answer_grammar
+    from promptevo.envs.base import ActionSpace
+
+    prompt = Prompt((Segment("answer-grammar", "Line: none | a {slot1} <line>\nLast word: left | none\n<|ACTION|>"),
+                     Segment("slot-words", "red, ball, blue, key")))
+    space = ActionSpace(["turn left", "go forward"])
+    g = answer_grammar(prompt, space, None, "go to the red ball", IN_VIEW)
+    assert 'f0y ::= "a red ball 1 step left and 2 steps forward"\n' in g
+    assert 'f0 ::= "none"\n' in answer_grammar(prompt, space, None, "go to the red ball", OUT_OF_VIEW)
+    # no observation (e.g. a grammar built outside a step): the line is free text after the thing's name
+    assert 'f0y ::= "a red ball " [^\\n<]{1,100}' in answer_grammar(prompt, space, None, "go to the red ball")
+    llama = pytest.importorskip("llama_cpp")
+    assert llama.LlamaGrammar.from_string(g, verbose=False) is not None
 
 
 def test_read_fields_reads_what_the_agent_wrote():
@@ -184,7 +201,8 @@ def test_demonstrations_cover_every_row_of_the_table(goto_fit):
 
 # -- the compile operators in a loop (test double) ------------------------------------------------------------
 @pytest.mark.parametrize("operator, segment", [("compile-grammar", "answer-grammar"), ("compile-slots", "slot-words"),
-                                               ("compile-demos", "induced-examples")])
+                                               ("compile-demos", "induced-examples"),
+                                               ("compile-lines", "answer-grammar")])
 def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported(tmp_path, operator, segment):
     cfg = config(tmp_path, agent="robust-cot", init="plain", operators=[operator], generations=1, children=1,
                  episodes=8, evidence_episodes=4, validation_episodes=12, test_episodes=6, expert_episodes=12,
@@ -198,3 +216,30 @@ def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported
     assert system.get("induced-rule") and system.get(segment)
     comp = res.report.get("compliance") or {}
     assert comp, "report.json has a compliance section"
+    if operator == "compile-lines":
+        assert "<line>" in system.get("answer-grammar")
+    cost = res.report["cost_per_call"]
+    assert cost["initial"]["calls"] > 0 and cost["best"]["tokens_per_call"] > 0 and cost["limit"] == 1.5
+
+
+def test_a_format_whose_full_answer_exceeds_the_reply_cap_is_not_proposed(tmp_path):
+    cfg = config(tmp_path, agent="robust-cot", init="plain", operators=["compile-vocab"], generations=1, children=1,
+                 episodes=4, evidence_episodes=2, validation_episodes=4, test_episodes=2, expert_episodes=12,
+                 agent_options={"history": 1}, agent_max_tokens=16)
+    initial = PromptSet.of({"system": Prompt((Segment("role", "You pick up the ball."),
+                                              Segment("format", "Mission: {mission}\n<|ACTION|>the action<|END|>")))})
+    res = run(cfg, CountingRunner(env=TurnEnv), responder_fn=_rule_following_agent, initial_prompts=initial)
+    assert [c.id for c in res.candidates] == ["c0"]
+    assert "over the agent's reply cap of 16" in (res.run_dir / "run.log").read_text()
+
+
+def test_cost_comparison_states_the_ratio_and_the_limit():
+    from promptevo.evaluation.statistics import call_cost, cost_comparison
+
+    eps = [{"llm_calls": 4, "cached_calls": 2, "prompt_tokens": 90, "completion_tokens": 10, "wall_s": 3.0},
+           {"error": "LLMError", "llm_calls": 9, "wall_s": 99.0}]
+    assert call_cost(eps) == {"episodes": 1, "calls": 4, "cached_calls": 2, "tokens_per_call": 25.0,
+                              "seconds_per_call": 1.5}
+    c = cost_comparison({"initial": {"seconds_per_call": 1.0}, "best": {"seconds_per_call": 1.6}})
+    assert c["seconds_ratio"] == 1.6 and c["within_limit"] is False
+    assert cost_comparison({"initial": {"seconds_per_call": None}, "best": {}})["within_limit"] is None

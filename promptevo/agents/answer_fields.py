@@ -6,8 +6,10 @@ prompt, exported and reported like any other segment, so such an edit is never h
 
 * ``answer-grammar`` - the answer's fields, one per line, ``Label: <text>`` (a copied line of text) or
   ``Label: a | b | c`` (one of these values; a value ending in `` <text>`` is that prefix, then free text,
-  e.g. ``Line: none | a {slot1} <text>``: "none" or a line that starts by naming the mission's thing), and
-  a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
+  e.g. ``Line: none | a {slot1} <text>``: "none" or a line that starts by naming the mission's thing; a
+  value ending in ``<line>`` is closed to this step's observation: one of its lines that starts with that
+  prefix, copied whole, e.g. ``Line: none | a {slot1} <line>``; with no such line the value is not offered),
+  and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
   a grammar (``local/`` models), :func:`grammar_of` compiles it to GBNF so a reply is always these
   fields in this order, then one valid action: always parseable and short.
 * ``slot-words`` - the words that name things in this game's observations, comma separated. A prompt's
@@ -34,6 +36,8 @@ SLOT_WORDS_SEGMENT = "slot-words"
 DIRECTIVE_SEGMENTS = frozenset({GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT})
 SLOT_PLACEHOLDERS = ("{slot1}", "{slot2}", "{slot3}")
 TEXT_FIELD = "<text>"
+#: a value closed to the current observation's lines (those starting with the value's prefix)
+LINE_FIELD = "<line>"
 #: longest copied line a grammar allows (characters)
 TEXT_CHARS = 100
 #: what a slot reads when the mission does not name that many things
@@ -77,21 +81,76 @@ def spec_text(fields: Sequence[tuple[str, Sequence[str] | None]]) -> str:
     return "\n".join(lines + ["<|ACTION|>"])
 
 
-def grammar_of(spec: str, action_rules: str) -> str:
+def observation_lines(observation: str, prefix: str) -> list[str]:
+    """The lines of ``observation`` that start with ``prefix`` (case-insensitive, whole words), stripped,
+    without repeats, in their order; every line when ``prefix`` is empty."""
+    p = " ".join(prefix.lower().split())
+    out: list[str] = []
+    for ln in (observation or "").splitlines():
+        t = " ".join(ln.strip().split())
+        if t and len(t) <= TEXT_CHARS and "<" not in t and t not in out and (
+                not p or t.lower() == p or t.lower().startswith(p + " ")):
+            out.append(t)
+    return out
+
+
+def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> str:
     """GBNF for replies in the fields of ``spec`` (an ``answer-grammar`` text), then ``<|ACTION|>`` one
-    valid action ``<|END|>``; ``action_rules`` define the rule ``action`` (``ActionSpace.gbnf_rules()``)."""
-    parts, rules = [], []
-    for i, (label, values) in enumerate(parse_spec(spec)):
-        name = f"f{i}"
-        parts += [gbnf_literal(f"{label}: "), name, '"\\n"']
-        text = f"[^\\n<]{{1,{TEXT_CHARS}}}"
+    valid action ``<|END|>``; ``action_rules`` define the rule ``action`` (``ActionSpace.gbnf_rules()``).
+    A ``<line>`` value offers the lines of ``observation`` that start with its prefix (none offered: the
+    value is left out; a field left with no value, or no observation given, accepts free text). When the
+    first field is a copied line that may be "none", the fields after it (which describe that line) are
+    "none" exactly when it is: "Line: none" is followed by "Last word: none", a copied line by a word."""
+    text = f"[^\\n<]{{1,{TEXT_CHARS}}}"
+    fields: list[tuple[str, list[str], bool]] = []  # (label, GBNF alternatives, copied-line field)
+    for label, values in parse_spec(spec):
         if values is None:
-            rules.append(f"{name} ::= {text}")
-        else:
-            alts = [gbnf_literal(v[: -len(TEXT_FIELD)]) + " " + text if v.endswith(" " + TEXT_FIELD)
-                    else gbnf_literal(v) for v in values]
-            rules.append(f"{name} ::= " + " | ".join(alts))
-    root = "root ::= " + " ".join(parts + [gbnf_literal("<|ACTION|>"), "action", gbnf_literal("<|END|>")])
+            fields.append((label, [text], True))
+            continue
+        alts: list[str] = []
+        copied = False
+        for v in values:
+            if v == LINE_FIELD or v.endswith(" " + LINE_FIELD):
+                copied = True
+                prefix = v[: -len(LINE_FIELD)].strip()
+                if observation is None:
+                    alts.append((gbnf_literal(prefix + " ") + " " if prefix else "") + text)
+                else:
+                    alts += [gbnf_literal(ln) for ln in observation_lines(observation, prefix)]
+            elif v.endswith(" " + TEXT_FIELD):
+                copied = True
+                alts.append(gbnf_literal(v[: -len(TEXT_FIELD)]) + " " + text)
+            else:
+                alts.append(gbnf_literal(v))
+        fields.append((label, list(dict.fromkeys(alts)) or [text], copied))
+    none = gbnf_literal("none")
+    rules: list[str] = []
+
+    first = fields[0] if fields else None
+    split = (first is not None and first[2] and none in first[1] and len(first[1]) > 1 and len(fields) > 1)
+    if first is not None and first[2] and first[1] == [none]:  # no line to copy: every later field none too
+        fields = [fields[0]] + [(label, [none] if none in alts else alts, c) for label, alts, c in fields[1:]]
+    if split:
+        # branch n: the line is none, so is every later field that can be; branch y: a line, later fields not none
+        no = [[none]] + [[none] if none in alts else alts for _, alts, _ in fields[1:]]
+        yes = [[a for a in first[1] if a != none]] + [[a for a in alts if a != none] or alts for _, alts, _ in fields[1:]]
+        branches = [no, yes]
+        body = []
+        for tag, br in zip("ny", branches):
+            names = []
+            for i, ((label, _, _), alts) in enumerate(zip(fields, br)):
+                rules.append(f"f{i}{tag} ::= " + " | ".join(alts))
+                names += [gbnf_literal(f"{label}: "), f"f{i}{tag}", '"\\n"']
+            body.append("(" + " ".join(names) + ")")
+        fields_rule = "(" + " | ".join(body) + ")"
+    else:
+        names = []
+        for i, (label, alts, _) in enumerate(fields):
+            rules.append(f"f{i} ::= " + " | ".join(alts))
+            names += [gbnf_literal(f"{label}: "), f"f{i}", '"\\n"']
+        fields_rule = " ".join(names)
+    root = "root ::= " + " ".join(([fields_rule] if fields else []) + [gbnf_literal("<|ACTION|>"), "action",
+                                                                       gbnf_literal("<|END|>")])
     return "\n".join([root] + rules) + "\n" + action_rules
 
 
@@ -150,5 +209,5 @@ def fill_slots(text: str, mission: str, words: frozenset[str] | None, article: s
 
 
 __all__ = ["AnswerSpecError", "DIRECTIVE_SEGMENTS", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
-           "SLOT_WORDS_SEGMENT", "TEXT_FIELD", "fill_slots", "grammar_of", "mission_things", "parse_slot_words",
-           "parse_spec", "read_fields", "spec_text"]
+           "LINE_FIELD", "SLOT_WORDS_SEGMENT", "TEXT_FIELD", "fill_slots", "grammar_of", "mission_things",
+           "observation_lines", "parse_slot_words", "parse_spec", "read_fields", "spec_text"]

@@ -95,11 +95,11 @@ class HistoryAgent(Agent):
     def _parse(self, reply: str) -> tuple[str, bool]: ...
 
     @abstractmethod
-    def _grammar(self) -> str: ...
+    def _grammar(self, observation: str) -> str: ...
 
     def act(self, observation: str, info: dict) -> Decision:
         messages = self.build_messages(observation)
-        c, rec = self._complete("system", messages, self._grammar())
+        c, rec = self._complete("system", messages, self._grammar(observation))
         action, parsed = self._parse(c.text)
         # BALROG keeps the parsed action string (not the executed default) and skips empty replies.
         self._last_action = action if c.text.strip() else None
@@ -112,7 +112,7 @@ class NaiveAgent(HistoryAgent):
     def _parse(self, reply: str) -> tuple[str, bool]:
         return parse_plain_action(reply, self.space)
 
-    def _grammar(self) -> str:
+    def _grammar(self, observation: str) -> str:
         return plain_action_grammar(self.space)
 
 
@@ -122,5 +122,5 @@ class RobustCoTAgent(HistoryAgent):
     def _parse(self, reply: str) -> tuple[str, bool]:
         return parse_tagged_action(reply, self.space)
 
-    def _grammar(self) -> str:
-        return answer_grammar(self.prompts.module("system"), self.space, self.think_chars, self.mission)
+    def _grammar(self, observation: str) -> str:
+        return answer_grammar(self.prompts.module("system"), self.space, self.think_chars, self.mission, observation)

@@ -102,15 +102,16 @@ def render_module(prompt: Prompt, *, mission: str, env: TextEnv, split_format: b
                  for t in (body, fmt))
 
 
-def answer_grammar(prompt: Prompt, space: ActionSpace, think_chars: int | None, mission: str = "") -> str:
+def answer_grammar(prompt: Prompt, space: ActionSpace, think_chars: int | None, mission: str = "",
+                   observation: str | None = None) -> str:
     """The grammar of a tagged-action reply for ``prompt``: its ``answer-grammar`` fields (``{slotK}``
-    filled from ``mission``) when it has them (a malformed one falls back to free reasoning), else
-    reasoning then the action block."""
+    filled from ``mission``, ``<line>`` values closed to ``observation``'s lines) when it has them (a
+    malformed one falls back to free reasoning), else reasoning then the action block."""
     spec = prompt.get(GRAMMAR_SEGMENT)
     if spec:
         spec = fill_slots(spec, mission, parse_slot_words(prompt.get(SLOT_WORDS_SEGMENT) or "") or None, article="")
         try:
-            return grammar_of(spec, space.gbnf_rules())
+            return grammar_of(spec, space.gbnf_rules(), observation)
         except ValueError:
             pass
     return tagged_action_grammar(space, think_chars)

@@ -74,7 +74,8 @@ class TwoStageAgent(Agent):
             {"role": "system", "content": self._sys_actor},
             {"role": "user", "content": f"{head}\n\nDescription:\n{description}"},
         ]
-        a, a_rec = self._complete("actor", a_msgs, answer_grammar(self.prompts.module("actor"), self.space, self.think_chars, self.mission))
+        grammar = answer_grammar(self.prompts.module("actor"), self.space, self.think_chars, self.mission, observation)
+        a, a_rec = self._complete("actor", a_msgs, grammar)
         action, parsed = parse_tagged_action(a.text, self.space)
         self._recent.append(action if parsed else "(invalid reply)")
         return Decision(action=action, reply=a.text, calls=[d_rec, a_rec], parsed=parsed, description=description)

@@ -166,6 +166,37 @@ def summarize(results: Iterable[Any]) -> dict[str, Any]:
     }
 
 
+def call_cost(results: Iterable[Any]) -> dict[str, Any]:
+    """What one agent LLM call costs over played episodes (one call per decision for naive and robust-cot,
+    two for two-stage): tokens per call, and seconds per call over the calls not answered from the cache
+    (the episodes' wall time spent on them; None when every call was cached)."""
+    rs = [r for r in results if not _get(r, "error")]
+    calls = sum(int(_get(r, "llm_calls", 0) or 0) for r in rs)
+    cached = sum(int(_get(r, "cached_calls", 0) or 0) for r in rs)
+    tokens = sum(int(_get(r, "prompt_tokens", 0) or 0) + int(_get(r, "completion_tokens", 0) or 0) for r in rs)
+    wall = sum(float(_get(r, "wall_s", 0.0) or 0.0) for r in rs)
+    return {"episodes": len(rs), "calls": calls, "cached_calls": cached,
+            "tokens_per_call": round(tokens / calls, 1) if calls else None,
+            "seconds_per_call": round(wall / (calls - cached), 3) if calls > cached else None}
+
+
+#: the most a promoted prompt may cost per call, as a multiple of the initial prompt's seconds per call
+COST_LIMIT = 1.5
+
+
+def cost_comparison(costs: Mapping[str, Mapping[str, Any]], limit: float = COST_LIMIT) -> dict[str, Any]:
+    """``costs`` ("initial", "best": :func:`call_cost` rows on the same seeds) with the best's seconds per call
+    as a multiple of the initial's, and whether it stays within ``limit``."""
+    out: dict[str, Any] = {k: dict(v) for k, v in costs.items()}
+    a = (costs.get("initial") or {}).get("seconds_per_call")
+    b = (costs.get("best") or {}).get("seconds_per_call")
+    ratio = round(b / a, 3) if a and b is not None else None
+    out["seconds_ratio"] = ratio
+    out["limit"] = limit
+    out["within_limit"] = None if ratio is None else ratio <= limit
+    return out
+
+
 def aggregate_env_stats(stats: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Totals and per-episode means of the envs' numeric statistics (booleans count as 0/1).
 

@@ -24,6 +24,7 @@ import json
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,9 @@ class LoadedModel:
 
 _models: dict[tuple[str, int, str | None], LoadedModel] = {}
 _models_lock = threading.Lock()
-_grammars: dict[str, Any] = {}
+_grammars: "OrderedDict[str, Any]" = OrderedDict()  # most recently used last
+#: compiled grammars kept (a grammar closed to the observation changes every step)
+GRAMMAR_CACHE = 256
 _grammars_lock = threading.Lock()
 
 
@@ -221,6 +224,9 @@ def compile_grammar(grammar: str, llm: Any = None) -> Any:
                     raise LocalModelError(f"invalid GBNF grammar (llama.cpp could not parse it): {first!r}...")
                 llama_cpp.llama_sampler_free(sampler)
             _grammars[grammar] = compiled
+            while len(_grammars) > GRAMMAR_CACHE:
+                _grammars.popitem(last=False)
+        _grammars.move_to_end(grammar)
         return _grammars[grammar]
 
 

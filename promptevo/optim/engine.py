@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
-from promptevo.evaluation.statistics import summarize_records
+from promptevo.evaluation.statistics import call_cost, cost_comparison, summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
 from promptevo.fileio import read_json, write_json_atomic
 from promptevo.optim.adapter import Adapter, ProposalContext, describe, optimizer_seed
@@ -638,10 +638,9 @@ class Engine:
                          list(st.candidates.values()))
 
     def final_phase(self) -> None:
-        """The run's last phase, all played here and recorded in the state (the report only renders it):
-        the test split once for the random floor, the baseline agent, the initial and the best prompts;
-        with ``ablate_best`` the best prompts' segment ablation on validation seeds; the behaviour
-        signatures of initial and best on the test seeds."""
+        """The run's last phase, all played here and recorded in the state (the report only renders it): the
+        test split once for the random floor, the baseline agent, the initial and the best prompts; with
+        ``ablate_best`` the best's segment ablation on validation seeds; signatures and cost per call."""
         st, cfg = self.state, self.cfg
         ts = self.test_seeds() if cfg.final_test else []
         if cfg.final_test and "floor" not in st.final:
@@ -659,6 +658,7 @@ class Engine:
             sigs[who] = signatures_to_dict(summarize_signatures(eps, family=getattr(self.task, "family", None)))
             played[who] = (c, eps)
         st.final["signatures"] = sigs
+        st.final["cost"] = cost_comparison({who: call_cost(eps) for who, (_, eps) in played.items()})
         analyse = getattr(self.adapter, "compliance", None)
         if analyse is not None and (comp := final_compliance(st.candidates, played, analyse, self.warn)):
             st.final["compliance"] = comp

@@ -227,6 +227,7 @@ def build_report(engine: "Engine") -> dict:
         "warnings": list(st.warnings),
         "signatures": st.final.get("signatures", {}),
         "compliance": st.final.get("compliance", {}),
+        "cost_per_call": st.final.get("cost", {}),
         "config": cfg.model_dump(),
         "strategies": strategy_summary(st),
     }
@@ -320,6 +321,21 @@ def _markdown(report: dict) -> str:
                       f"{pct((bv.get('in view') or {}).get('compliance'))} | "
                       f"{pct((bv.get('out of view') or {}).get('compliance'))} | {c['correct']} | {c['perception']} | "
                       f"{c['lookup']} | {c['table']} | {c['format']} | {kinds} |")
+        md.append("")
+    cost = report.get("cost_per_call") or {}
+    if any((cost.get(w) or {}).get("calls") for w in ("initial", "best")):
+        def per(c: dict, key: str, unit: str) -> str:
+            return "-" if c.get(key) is None else f"{c[key]} {unit}"
+        md += ["## Cost per agent call (test seeds)", "", "| prompts | calls (cached) | tokens per call | seconds per call |",
+               "|---|---|---|---|"]
+        for who in ("initial", "best"):
+            c = cost.get(who) or {}
+            md.append(f"| {who} | {c.get('calls', 0)} ({c.get('cached_calls', 0)}) | {per(c, 'tokens_per_call', '')} | "
+                      f"{per(c, 'seconds_per_call', 's')} |")
+        if cost.get("seconds_ratio") is not None:
+            verdict = "within" if cost.get("within_limit") else "over"
+            md += ["", f"The best prompts take {cost['seconds_ratio']}x the initial's seconds per call ({verdict} the "
+                   f"{cost.get('limit')}x limit; seconds measured on this machine, other work beside the run counts)."]
         md.append("")
     sigs = report.get("signatures") or {}
     for who in ("initial", "best"):

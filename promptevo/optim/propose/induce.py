@@ -34,8 +34,9 @@ from promptevo.errors import PromptevoError
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.optim.propose.registry import OperatorContext, register_operator
+from promptevo.optim.propose.reply_cap import reply_fits
 from promptevo.optim.reflect.expert import LabelledState, states_of
-from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, TEXT_FIELD, spec_text
+from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, LINE_FIELD, SLOT_WORDS_SEGMENT, TEXT_FIELD, spec_text
 from promptevo.optim.reflect.follower import Explorer, choose_explorer, play, success_rate
 from promptevo.optim.reflect.features import (
     NONE,
@@ -44,6 +45,7 @@ from promptevo.optim.reflect.features import (
     defined,
     mission_slots,
     state_features,
+    thing_words,
     vocabulary,
 )
 from promptevo.optim.reflect.llm_json import template_dir
@@ -338,6 +340,8 @@ class Rendering:
     closed: bool = False
     slots: bool = False
     explorer: Explorer | None = None
+    #: the "no line" case written first and in the answer's own field ("Line is "none": turn left.")
+    none_first: bool = False
 
 
 @dataclass
@@ -441,7 +445,15 @@ def render_fields(table: RuleTable, phrases: dict, how: Rendering = Rendering())
             lines.append(r["case"].format(cond=r["and"].join([either, cond(b.feature, b.value)]), action=b.yes))
             lines.append(r["case"].format(cond=r["otherwise"].format(cond=either), action=b.no))
     ex = how.explorer
-    if ex is not None and ex.turns:
+    line_label = next((f.label for f in fields if f.feature == f"{slots[0]}.line"), None) if slots else None
+    if how.none_first and line_label and "none_field" in r:
+        # the "no line" case read from the answer's own field, before the cases (a small model reads the
+        # first matching line): "Line is "none": turn left."
+        if ex is not None and ex.turns:
+            lines.insert(1, r["none_field_then"].format(label=line_label, action=ex.action, k=ex.turns, then=ex.then))
+        elif ex is not None or table.none_action:
+            lines.insert(1, r["none_field"].format(label=line_label, action=ex.action if ex else table.none_action))
+    elif ex is not None and ex.turns:
         lines.append(r["none_then"].format(slot=slot_name(slots[0]), action=ex.action, k=ex.turns, then=ex.then))
     elif ex is not None or table.none_action:
         lines.append(r["none"].format(slot=slot_name(slots[0]), action=ex.action if ex else table.none_action))
@@ -559,10 +571,11 @@ def demo_text(states: Sequence[LabelledState], fields: Sequence[Field], table: R
 
 
 def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], vocab: Vocabulary,
-                   slots: bool) -> list[tuple[str, list[str] | None]]:
+                   slots: bool, lines: bool = False) -> list[tuple[str, list[str] | None]]:
     """The ``answer-grammar`` fields of a rendering: closed fields keep their values; with ``slots``, a
     copied-line field becomes "none" or a line that starts by naming the mission's thing, preceded by the
-    word the expert's lines most often put before it (learnt from the data: "a {slot1} <text>")."""
+    word the expert's lines most often put before it (learnt from the data: "a {slot1} <text>"); with
+    ``lines`` that line must be one of the step's observation lines ("a {slot1} <line>")."""
     out: list[tuple[str, list[str] | None]] = []
     for f in fields:
         slot, kind = f.feature.split(".", 1) if f.feature else ("", "")
@@ -572,16 +585,17 @@ def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], voc
                              and b != NONE)
             word = before.most_common(1)[0][0] if before else "-"
             lead = "" if word == "-" else word + " "
-            out.append((f.label, [NONE, f"{lead}{{slot{min(int(slot), 3)}}} {TEXT_FIELD}"]))
+            out.append((f.label, [NONE, f"{lead}{{slot{min(int(slot), 3)}}} {LINE_FIELD if lines else TEXT_FIELD}"]))
         else:
             out.append((f.label, f.values))
     return out
 
 
 def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, operator: str, how: Rendering, *,
-                  grammar: bool = False, demos: int = 0) -> list[Proposal]:
+                  grammar: bool = False, demos: int = 0, lines: bool = False) -> list[Proposal]:
     """One child of ``parent`` carrying this generation's induced table rendered ``how`` (with an
-    ``answer-grammar`` for constrained decoding, ``demos`` demonstrations), or a log line saying why not."""
+    ``answer-grammar`` for constrained decoding, its copied line closed to the step's observation lines
+    with ``lines``, ``demos`` demonstrations), or a log line saying why not."""
     ind, explorer, record = generation_induction(evidence, ctx)
     if operator == "induce" or "induce" not in ctx.record:
         ctx.record.setdefault("induce", record)
@@ -589,9 +603,14 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         ctx.log.append(f"{operator}: {record.get('reason') or 'no induced table'}; no child")
         return []
     phrases = load_phrases()
-    how = Rendering(how.closed, how.slots, explorer)
+    how = Rendering(how.closed, how.slots, explorer, how.none_first)
     fields, rule = render_fields(ind.table, phrases, how)
     _, fmt = render(ind.table, phrases, how=how)
+    need, cap = reply_fits(fields, states_of(evidence.get("expert") or {}), ctx.cfg)
+    if cap and need > cap:
+        ctx.log.append(f"{operator}: a full answer in this format takes up to {need} tokens, over the agent's "
+                       f"reply cap of {cap} (--agent-max-tokens); no child")
+        return []
     module = acting_module(parent)
     fmt_edit = format_rewrite(parent, module, fmt, f"{operator}: the answer fields the induced rule reads")
     if fmt_edit is None:
@@ -605,15 +624,14 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         child = apply_edit(apply_edit(parent, edit), fmt_edit)
         if how.slots:
             # the words of the things the expert's missions name (never "and", "left"... of the lines)
-            words = sorted({w for s in states_of(evidence.get("expert") or {})
-                            for thing in mission_slots(s.mission, ind.vocab) for w in thing})
+            words = sorted(thing_words(states_of(evidence.get("expert") or {}), ind.vocab))
             child = apply_edit(child, rule_edit(child, module, SLOT_WORDS_SEGMENT, ", ".join(words),
                                                 "the words that name things in the observations (fills {slot1}... "
                                                 "per episode)"))
         if grammar:
             child = apply_edit(child, rule_edit(child, module, GRAMMAR_SEGMENT,
                                                 spec_text(grammar_fields(fields, states_of(evidence.get("expert") or {}),
-                                                                         ind.vocab, how.slots)),
+                                                                         ind.vocab, how.slots, lines)),
                                                 "answer grammar: the induced fields and their values, then one "
                                                 "valid action"))
         if demos > 0:
@@ -631,7 +649,8 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         return []
     rec = dict(record)
     rec.update({"rule": rule, "format": fmt, "rendering": {"closed": how.closed, "slots": how.slots,
-                                                           "grammar": grammar, "demos": demos},
+                                                           "grammar": grammar, "lines": lines, "demos": demos},
+                "reply_tokens": {"longest_answer": need, "cap": cap},
                 "fields": [{"label": f.label, "values": f.values, "feature": f.feature, "test": f.test,
                             "after": f.after} for f in fields]})
     return [Proposal(child, operator, edit.to_dict(), {"author": "machine", "induce": rec})]
@@ -649,13 +668,15 @@ class CompileOperator:
                "that makes the agent write the features it reads (games with an expert)")
     how = Rendering()
     grammar = False
+    lines = False
     demos = 0
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
         if ctx.cache.get(f"{self.name}-done"):  # one child per generation, however many slots are free
             return []
         ctx.cache[f"{self.name}-done"] = True
-        return compile_child(parent, ctx, evidence, self.name, self.how, grammar=self.grammar, demos=self.demos)
+        return compile_child(parent, ctx, evidence, self.name, self.how, grammar=self.grammar, demos=self.demos,
+                             lines=self.lines)
 
 
 class InduceOperator(CompileOperator):

@@ -52,6 +52,7 @@ BUILTIN: dict[str, str] = {
     "compile-vocab": "promptevo.optim.propose.compile_vocab",
     "compile-slots": "promptevo.optim.propose.compile_slots",
     "compile-grammar": "promptevo.optim.propose.compile_grammar",
+    "compile-lines": "promptevo.optim.propose.compile_lines",
     "compile-demos": "promptevo.optim.propose.compile_demos",
     # not chosen with --operators: --skills adds library skills, pruning generations use the pruner
     "skills": "promptevo.optim.propose.skills",

@@ -30,6 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -175,5 +176,23 @@ def anonymise(line: str, mission: str, vocab: Vocabulary) -> str:
     return " ".join(toks)
 
 
+def thing_words(states: Sequence[Any], vocab: Vocabulary) -> set[str]:
+    """The words that name things: those of the things the expert's missions name, and a word of an
+    observation line that stands between the line's first word and such a word ("a yellow key": "yellow",
+    a thing's word no mission of the sample used); never "and", "left", "step" of the lines. ``states``:
+    expert-labelled states (``mission``, ``observation``)."""
+    words = {w for s in states for thing in mission_slots(s.mission, vocab) for w in thing}
+    lead = Counter(ln.split()[0] for s in states for ln in s.observation.lower().splitlines() if ln.split())
+    first = lead.most_common(1)[0][0] if lead else None
+    extra = set()
+    for s in states:
+        for ln in s.observation.lower().splitlines():
+            t = ln.split()
+            if len(t) >= 3 and t[0] == first and t[2] in words and t[1] not in words and t[1].isalpha():
+                extra.add(t[1])
+    return words | extra
+
+
 __all__ = ["FEATURES", "NONE", "PLACEHOLDER", "Vocabulary", "anonymise", "defined", "mission_slots",
-           "observation_lines", "relevant_lines", "slot_lines", "state_features", "tokens", "vocabulary"]
+           "observation_lines", "relevant_lines", "slot_lines", "state_features", "thing_words", "tokens",
+           "vocabulary"]
