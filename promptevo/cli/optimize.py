@@ -121,7 +121,7 @@ def build_parser(prog: str = "promptevo optimize") -> CommandParser:
     s.add_argument("--cards-above", type=int, metavar="TOKENS", help="with --evidence auto: raw prompt tokens above "
                    "which cards are used (default 4000)")
     s.add_argument("--prune-at", type=float, metavar="RATE", help="scaffold pruning once validation success >= RATE")
-    s.add_argument("--skills", "--rules", dest="skills", metavar="FILE", help="rule bank / skill library (JSON, "
+    s.add_argument("--skills", dest="skills", metavar="FILE", help="rule bank / skill library (JSON, "
                    "created if missing): machine-written rules accepted or promoted here are kept with their "
                    "evidence and counters, and offered as children to runs on other tasks")
     s.add_argument("--skill-children", type=int, help="children per generation that insert a skill (default 1)")

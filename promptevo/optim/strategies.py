@@ -1,6 +1,6 @@
 """The optional strategies that act around the validation gate (the loop calls them through hooks):
 
-* :func:`update_skills` (``--skills FILE`` or ``--rules FILE``: the rule bank): a machine-written edit
+* :func:`update_skills` (``--skills FILE``: the rule bank): a machine-written edit
   (mutate, induce, rules) that was accepted or promoted becomes a skill (with the estimate that earned it:
   validation gain, n, success rate with its 95% interval and p-value when promoted, the training gain when
   only accepted; its author, operator, answer format and evidence); every library skill tried as a
