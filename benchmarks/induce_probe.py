@@ -16,7 +16,8 @@ import json
 import time
 from pathlib import Path
 
-from promptevo.optim.propose.induce import induce, load_phrases, render
+from promptevo.optim.propose.induce import induce
+from promptevo.optim.propose.render_table import load_phrases, render
 from promptevo.optim.reflect.expert import collect, states_of
 from promptevo.tasks import list_tasks, load_task
 

@@ -23,7 +23,9 @@ from promptevo.agents.answer_fields import (
     read_fields,
     spec_text,
 )
-from promptevo.optim.propose.induce import Field, RuleTable, demonstrations, induce
+from promptevo.optim.propose.compile_table import demonstrations
+from promptevo.optim.propose.induce import RuleTable, induce
+from promptevo.optim.propose.render_table import Field
 from promptevo.optim.reflect.compliance import analyse, classify, true_values
 from promptevo.optim.reflect.expert import collect, states_of
 from promptevo.optim.reflect.features import defined, state_features, vocabulary

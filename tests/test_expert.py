@@ -12,7 +12,8 @@ import pytest
 from engine_doubles import ScriptedPickupEnv, config, make_task, run
 
 from promptevo.envs.base import ExpertError, has_expert
-from promptevo.optim.propose.induce import RuleTable, Split, complexity, induce, load_phrases, render
+from promptevo.optim.propose.induce import RuleTable, Split, complexity, induce
+from promptevo.optim.propose.render_table import load_phrases, render
 from promptevo.optim.reflect.expert import LabelledState, collect, label_episode, states_of
 from promptevo.optim.reflect.features import mission_slots, state_features, vocabulary
 from promptevo.optim.screen import choose_states, screen

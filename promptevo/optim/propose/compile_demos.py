@@ -3,11 +3,12 @@
 A compile operator (the rule content is this generation's induced table). On top of slots and closed
 vocabularies, the child carries up to ``DEMOS`` expert-labelled training states written in the answer
 format with their true field values and the expert's action, one per row of the table first
-(:func:`~promptevo.optim.propose.induce.demonstrations`)."""
+(:func:`~promptevo.optim.propose.compile_table.demonstrations`)."""
 
 from __future__ import annotations
 
-from promptevo.optim.propose.induce import CompileOperator, Rendering
+from promptevo.optim.propose.compile_table import CompileOperator
+from promptevo.optim.propose.render_table import Rendering
 from promptevo.optim.propose.registry import register_operator
 
 #: demonstrations per child, at most

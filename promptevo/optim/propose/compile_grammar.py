@@ -8,7 +8,8 @@ valid action: parseable and short. Remote models ignore the grammar and read the
 
 from __future__ import annotations
 
-from promptevo.optim.propose.induce import CompileOperator, Rendering
+from promptevo.optim.propose.compile_table import CompileOperator
+from promptevo.optim.propose.render_table import Rendering
 from promptevo.optim.propose.registry import register_operator
 
 

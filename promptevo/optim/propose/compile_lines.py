@@ -11,7 +11,8 @@ that does the line-finding part of the rule for the agent: reported as such, nev
 from __future__ import annotations
 
 from promptevo.optim.propose.compile_demos import DEMOS
-from promptevo.optim.propose.induce import CompileOperator, Rendering
+from promptevo.optim.propose.compile_table import CompileOperator
+from promptevo.optim.propose.render_table import Rendering
 from promptevo.optim.propose.registry import register_operator
 
 

@@ -6,7 +6,8 @@ reads ("Last word: <forward, left, right or none>"), all taken from the fitted t
 
 from __future__ import annotations
 
-from promptevo.optim.propose.induce import CompileOperator, Rendering
+from promptevo.optim.propose.compile_table import CompileOperator
+from promptevo.optim.propose.render_table import Rendering
 from promptevo.optim.propose.registry import register_operator
 
 

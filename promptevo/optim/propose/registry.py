@@ -43,7 +43,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 #: promptevo's own operators: name -> the module that registers it
 BUILTIN: dict[str, str] = {
-    "induce": "promptevo.optim.propose.induce",
+    "induce": "promptevo.optim.propose.compile_table",
     "rules": "promptevo.optim.propose.rules",
     "mutate": "promptevo.optim.propose.mutator",
     "delete": "promptevo.optim.propose.ablation",
