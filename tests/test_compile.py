@@ -146,6 +146,42 @@ def test_a_line_field_closed_to_the_observation_offers_only_its_lines_naming_the
     assert llama.LlamaGrammar.from_string(g, verbose=False) is not None
 
 
+def test_a_folded_field_holds_its_value_after_a_none_line_in_grammar_truth_and_rule():
+    from promptevo.agents.base import answer_grammar
+    from promptevo.envs.base import ActionSpace
+    from promptevo.optim.propose.render_table import Rendering, fold_key, grammar_fields, load_phrases, render_fields
+
+    prompt = Prompt((Segment("answer-grammar", "Line: none | a {slot1} <line>\nLast word: forward | left | right | "
+                                               "left (if none)\n<|ACTION|>"),
+                     Segment("slot-words", "red, ball, blue, key")))
+    space = ActionSpace(["turn left", "go forward"])
+    g = answer_grammar(prompt, space, None, "go to the red ball", IN_VIEW)
+    assert 'f1n ::= "left"\n' in g and 'f1y ::= "forward" | "left" | "right"\n' in g
+    assert 'f1 ::= "left"\n' in answer_grammar(prompt, space, None, "go to the red ball", OUT_OF_VIEW)
+    # the rule's key: the row that gives the constant explorer's action; none for a counting explorer
+    assert fold_key(TABLE, Explorer("turn left")) == "left"
+    assert fold_key(TABLE, Explorer("turn left", 3, "go forward")) is None
+    assert fold_key(TABLE, Explorer("pick up")) is None
+    fields, rule = render_fields(TABLE, load_phrases(), Rendering(closed=True, explorer=Explorer("turn left"),
+                                                                  fold=True))
+    last = next(f for f in fields if f.feature == "1.last")
+    assert last.fold == "left" and "none" not in last.values and "left if Line is none" in last.ask
+    assert rule.splitlines()[1] == '- Line is "none": write "Last word: left" and use its row below.'
+    assert "No line" not in rule
+    assert grammar_fields(fields, [], VOCAB, slots=False)[1] == ("Last word", ["forward", "left", "right",
+                                                                               "left (if none)"])
+    # truth and compliance read the fold: "Last word: left" is right where no line names the ball
+    assert true_values(OUT_OF_VIEW, MISSION, VOCAB, TABLE, fields) == {"Line": "none", "Last word": "left"}
+    ok = classify(step(OUT_OF_VIEW, reply("none", "left", "turn left"), "turn left"), MISSION, VOCAB, TABLE, fields,
+                  explorer=Explorer("turn left"), expert="turn left")
+    assert ok["class"] == "correct"
+    bad = classify(step(OUT_OF_VIEW, reply("none", "left", "go forward"), "go forward"), MISSION, VOCAB, TABLE,
+                   fields, explorer=Explorer("turn left"), expert="turn left")
+    assert bad["class"] == "lookup"
+    llama = pytest.importorskip("llama_cpp")
+    assert llama.LlamaGrammar.from_string(g, verbose=False) is not None
+
+
 def test_read_fields_reads_what_the_agent_wrote():
     got = read_fields("**Line:** A red ball 1 step left.\nLast word: `forward`<|ACTION|>go forward<|END|>",
                       ["Line", "Last word", "Door"])
@@ -204,7 +240,8 @@ def test_demonstrations_cover_every_row_of_the_table(goto_fit):
 # -- the compile operators in a loop (test double) ------------------------------------------------------------
 @pytest.mark.parametrize("operator, segment", [("compile-grammar", "answer-grammar"), ("compile-slots", "slot-words"),
                                                ("compile-demos", "induced-examples"),
-                                               ("compile-lines", "answer-grammar")])
+                                               ("compile-lines", "answer-grammar"),
+                                               ("compile-fold", "answer-grammar")])
 def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported(tmp_path, operator, segment):
     cfg = config(tmp_path, agent="robust-cot", init="plain", operators=[operator], generations=1, children=1,
                  episodes=8, evidence_episodes=4, validation_episodes=12, test_episodes=6, expert_episodes=12,
@@ -218,8 +255,10 @@ def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported
     assert system.get("induced-rule") and system.get(segment)
     comp = res.report.get("compliance") or {}
     assert comp, "report.json has a compliance section"
-    if operator == "compile-lines":
+    if operator in ("compile-lines", "compile-fold"):
         assert "<line>" in system.get("answer-grammar")
+    if operator == "compile-fold":
+        assert "(if none)" in system.get("answer-grammar")
     cost = res.report["cost_per_call"]
     assert cost["initial"]["calls"] > 0 and cost["best"]["tokens_per_call"] > 0 and cost["limit"] == 1.5
 
@@ -245,3 +284,55 @@ def test_cost_comparison_states_the_ratio_and_the_limit():
     c = cost_comparison({"initial": {"seconds_per_call": 1.0}, "best": {"seconds_per_call": 1.6}})
     assert c["seconds_ratio"] == 1.6 and c["within_limit"] is False
     assert cost_comparison({"initial": {"seconds_per_call": None}, "best": {}})["within_limit"] is None
+
+
+# -- paraphrases by the optimizer LLM ---------------------------------------------------------------------------
+RULE = ('Then choose the action from what you wrote:\n- Line is "none": write "Last word: left" and use its row below.\n'
+        '- Last word is "forward": go forward.\n- Last word is "left": turn left.\n- Last word is "right": turn right.\n'
+        '- Anything else: go forward.')
+GOOD = ('Pick your action from your answer:\n- If Line is "none", write "Last word: left" and follow that row.\n'
+        '- If Last word is "forward", go forward.\n- If Last word is "left", turn left.\n'
+        '- If Last word is "right", turn right.\n- Otherwise, go forward.')
+
+
+def test_a_paraphrase_that_drops_a_value_or_an_action_is_refused():
+    from promptevo.optim.propose.compile_paraphrase import check_paraphrase, required_texts
+
+    keep = required_texts(RULE, ["turn left", "turn right", "go forward", "pick up"])
+    assert '"Last word: left"' in keep and '"right"' in keep and "turn right" in keep and "pick up" not in keep
+    assert check_paraphrase(RULE, GOOD, keep) is None
+    assert "drops" in check_paraphrase(RULE, GOOD.replace(', turn right', ', turn to the right'), keep)
+    assert "drops" in check_paraphrase(RULE, GOOD.replace('"forward"', 'forward'), keep)
+    assert "fewer cases" in check_paraphrase(RULE, GOOD.replace("\n- If Last word", " If Last word"), keep)
+    assert check_paraphrase(RULE, RULE, keep) == "the same text"
+    assert check_paraphrase(RULE, "", keep) == "empty"
+
+
+def test_the_paraphrase_operator_keeps_only_a_faithful_rewording(goto_fit):
+    from types import SimpleNamespace
+
+    from promptevo.agents.registry import default_prompts
+    from promptevo.optim.adapter import ProposalContext
+    from promptevo.optim.propose.registry import OperatorContext, get_operator
+
+    task, train, _states, _ind = goto_fit
+    replies = iter([GOOD.replace(", turn right", ", turn to the right"), GOOD])
+
+    class Gateway:
+        def complete(self, messages, **kw):
+            assert "Texts that must appear exactly as written" in messages[1]["content"]
+            return SimpleNamespace(text=next(replies), prompt_tokens=10, completion_tokens=20, cost=0.0, truncated=False)
+
+    game = SimpleNamespace(task=task, env_factory=make_env, opt_gw=Gateway(), env_instructions="",
+                           cfg=SimpleNamespace(seed=0, skills=None, agent_max_tokens=96, model=None,
+                                               optimizer_temperature=0.7, optimizer_max_tokens=256),
+                           warn_once=lambda key, msg: None)
+    ctx = OperatorContext(proposal=ProposalContext(generation=1, mode="mutate", n=2, history=[], tried=set()), game=game)
+    ev = collect(task, [], train[-20:])
+    props = get_operator("compile-paraphrase").propose(default_prompts("robust-cot", task=task, init="compact"),
+                                                       {"expert": ev}, ctx, 2)
+    assert len(props) == 1 and props[0].operator == "compile-paraphrase" and props[0].source["author"] == "machine"
+    system = props[0].prompts.module("system")
+    assert system.get("induced-rule").startswith("Pick your action") and "(if none)" in system.get("answer-grammar")
+    assert any("refused sample 1: drops turn right" in ln for ln in ctx.log)
+    assert ctx.usage["paraphrase"]["calls"] == 2

@@ -8,8 +8,9 @@ prompt, exported and reported like any other segment, so such an edit is never h
   ``Label: a | b | c`` (one of these values; a value ending in `` <text>`` is that prefix, then free text,
   e.g. ``Line: none | a {slot1} <text>``: "none" or a line that starts by naming the mission's thing; a
   value ending in ``<line>`` is closed to this step's observation: one of its lines that starts with that
-  prefix, copied whole, e.g. ``Line: none | a {slot1} <line>``; with no such line the value is not offered),
-  and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
+  prefix, copied whole, e.g. ``Line: none | a {slot1} <line>``; with no such line the value is not offered;
+  a value ending in ``(if none)`` is what the field holds after a "none" line, e.g. ``Last word: forward |
+  left | right | left (if none)``), and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
   a grammar (``local/`` models), :func:`grammar_of` compiles it to GBNF so a reply is always these
   fields in this order, then one valid action: always parseable and short.
 * ``slot-words`` - the words that name things in this game's observations, comma separated. A prompt's
@@ -38,6 +39,8 @@ SLOT_PLACEHOLDERS = ("{slot1}", "{slot2}", "{slot3}")
 TEXT_FIELD = "<text>"
 #: a value closed to the current observation's lines (those starting with the value's prefix)
 LINE_FIELD = "<line>"
+#: a value marked ``left (if none)`` is what the field holds when the copied line before it is "none"
+FOLD_MARK = "(if none)"
 #: longest copied line a grammar allows (characters)
 TEXT_CHARS = 100
 #: what a slot reads when the mission does not name that many things
@@ -100,9 +103,11 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     A ``<line>`` value offers the lines of ``observation`` that start with its prefix (none offered: the
     value is left out; a field left with no value, or no observation given, accepts free text). When the
     first field is a copied line that may be "none", the fields after it (which describe that line) are
-    "none" exactly when it is: "Line: none" is followed by "Last word: none", a copied line by a word."""
+    "none" exactly when it is: "Line: none" is followed by "Last word: none" (or the field's ``(if none)``
+    value), a copied line by a word."""
     text = f"[^\\n<]{{1,{TEXT_CHARS}}}"
     fields: list[tuple[str, list[str], bool]] = []  # (label, GBNF alternatives, copied-line field)
+    folds: dict[str, str] = {}  # label -> what the field holds after a "none" line
     for label, values in parse_spec(spec):
         if values is None:
             fields.append((label, [text], True))
@@ -117,6 +122,9 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
                     alts.append((gbnf_literal(prefix + " ") + " " if prefix else "") + text)
                 else:
                     alts += [gbnf_literal(ln) for ln in observation_lines(observation, prefix)]
+            elif v.endswith(" " + FOLD_MARK):
+                folds[label] = gbnf_literal(v[: -len(FOLD_MARK)].strip())
+                alts.append(folds[label])
             elif v.endswith(" " + TEXT_FIELD):
                 copied = True
                 alts.append(gbnf_literal(v[: -len(TEXT_FIELD)]) + " " + text)
@@ -126,13 +134,18 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     none = gbnf_literal("none")
     rules: list[str] = []
 
+    def after_none(label: str, alts: list[str]) -> list[str]:
+        if label in folds:
+            return [folds[label]]
+        return [none] if none in alts else alts
+
     first = fields[0] if fields else None
     split = (first is not None and first[2] and none in first[1] and len(first[1]) > 1 and len(fields) > 1)
     if first is not None and first[2] and first[1] == [none]:  # no line to copy: every later field none too
-        fields = [fields[0]] + [(label, [none] if none in alts else alts, c) for label, alts, c in fields[1:]]
+        fields = [fields[0]] + [(label, after_none(label, alts), c) for label, alts, c in fields[1:]]
     if split:
         # branch n: the line is none, so is every later field that can be; branch y: a line, later fields not none
-        no = [[none]] + [[none] if none in alts else alts for _, alts, _ in fields[1:]]
+        no = [[none]] + [after_none(label, alts) for label, alts, _ in fields[1:]]
         yes = [[a for a in first[1] if a != none]] + [[a for a in alts if a != none] or alts for _, alts, _ in fields[1:]]
         branches = [no, yes]
         body = []
@@ -208,6 +221,6 @@ def fill_slots(text: str, mission: str, words: frozenset[str] | None, article: s
     return text
 
 
-__all__ = ["AnswerSpecError", "DIRECTIVE_SEGMENTS", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
+__all__ = ["AnswerSpecError", "DIRECTIVE_SEGMENTS", "FOLD_MARK", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
            "LINE_FIELD", "SLOT_WORDS_SEGMENT", "TEXT_FIELD", "fill_slots", "grammar_of", "mission_things",
            "observation_lines", "parse_slot_words", "parse_spec", "read_fields", "spec_text"]

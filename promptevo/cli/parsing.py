@@ -5,6 +5,7 @@ error, instead of argparse's usage block."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 from typing import NoReturn
 
@@ -18,7 +19,26 @@ class UsageError(UserError):
 class CommandParser(argparse.ArgumentParser):
     """``argparse`` with one-line usage errors (raised as :class:`UsageError`); ``--help`` is unchanged."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        self.option_names: list[str] = []  # every --flag, for "did you mean" (argparse keeps its own private)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names, **kwargs):
+        self.option_names += [n for n in names if isinstance(n, str) and n.startswith("--")]
+        return super().add_argument(*names, **kwargs)
+
+    def closest(self, flag: str) -> str | None:
+        """The valid flag nearest to ``flag`` (``--no-live`` -> ``--live``), or None."""
+        name = flag.split("=", 1)[0]
+        found = difflib.get_close_matches(name, self.option_names, n=1, cutoff=0.6)
+        return found[0] if found else None
+
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            hints = [f"{a} -> {c}" for a in message.split(":", 1)[1].split() if a.startswith("--")
+                     and (c := self.closest(a))]
+            if hints:
+                message += f" (closest valid: {', '.join(hints)})"
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 

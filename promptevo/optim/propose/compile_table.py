@@ -32,6 +32,16 @@ EXPLORER_SEEDS = 20
 DEMO_SEGMENT = "induced-examples"
 
 
+def valid_actions(game, seed: int) -> list[str]:
+    """The game's valid actions, read from a fresh env reset to ``seed``."""
+    env = game.env_factory(game.task)
+    try:
+        env.reset(seed)
+        return list(env.valid_actions)
+    finally:
+        env.close()
+
+
 def _parent_table(ctx: OperatorContext) -> tuple[RuleTable, Explorer | None] | None:
     """The induced table (and explorer) the parent's lineage carries, from the run's history."""
     for h in reversed(ctx.proposal.history):
@@ -62,12 +72,7 @@ def generation_induction(evidence: dict, ctx: OperatorContext) -> tuple[Inductio
         game = ctx.game
         seeds = list(dict.fromkeys(s.seed for s in states if s.agent is None))[:EXPLORER_SEEDS]
         if seeds:
-            env = game.env_factory(game.task)
-            try:
-                env.reset(seeds[0])
-                actions = list(env.valid_actions)
-            finally:
-                env.close()
+            actions = valid_actions(game, seeds[0])
             explorer, scores = choose_explorer(game.task, ind.table, ind.vocab, actions, seeds,
                                                env_factory=game.env_factory)
             sim = success_rate(play(game.task, ind.table, explorer, ind.vocab, seeds, env_factory=game.env_factory))
@@ -122,8 +127,12 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         ctx.log.append(f"{operator}: {record.get('reason') or 'no induced table'}; no child")
         return []
     phrases = load_phrases()
-    how = Rendering(how.closed, how.slots, explorer, how.none_first)
+    how = Rendering(how.closed, how.slots, explorer, how.none_first, how.fold)
     fields, rule = render_fields(ind.table, phrases, how)
+    if how.fold and not any(f.fold for f in fields):
+        ctx.log.append(f"{operator}: the 'no line' rule ({explorer.describe() if explorer else 'none'}) is not one "
+                       "row of the table (a constant explorer whose action a value gives); no child")
+        return []
     _, fmt = render(ind.table, phrases, how=how)
     need, cap = reply_fits(fields, states_of(evidence.get("expert") or {}), ctx.cfg)
     if cap and need > cap:
@@ -168,10 +177,11 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         return []
     rec = dict(record)
     rec.update({"rule": rule, "format": fmt, "rendering": {"closed": how.closed, "slots": how.slots,
-                                                           "grammar": grammar, "lines": lines, "demos": demos},
+                                                           "grammar": grammar, "lines": lines, "demos": demos,
+                                                           "fold": how.fold},
                 "reply_tokens": {"longest_answer": need, "cap": cap},
                 "fields": [{"label": f.label, "values": f.values, "feature": f.feature, "test": f.test,
-                            "after": f.after} for f in fields]})
+                            "after": f.after, "fold": f.fold} for f in fields]})
     return [Proposal(child, operator, edit.to_dict(), {"author": "machine", "induce": rec})]
 
 
@@ -206,4 +216,5 @@ class InduceOperator(CompileOperator):
 register_operator(InduceOperator())
 
 
-__all__ = ["CompileOperator", "DEMO_SEGMENT", "EXPLORER_SEEDS", "InduceOperator", "SEGMENT", "compile_child", "demonstrations", "generation_induction"]
+__all__ = ["CompileOperator", "DEMO_SEGMENT", "EXPLORER_SEEDS", "InduceOperator", "SEGMENT", "compile_child",
+           "demonstrations", "generation_induction", "valid_actions"]

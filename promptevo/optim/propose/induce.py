@@ -291,4 +291,5 @@ def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, 
     return out
 
 
-__all__ = ["InduceError", "Induction", "MIN_FIT", "MIN_GAIN", "MIN_HELDOUT", "RuleTable", "Split", "complexity", "fit_table", "induce"]
+__all__ = ["InduceError", "Induction", "MIN_FIT", "MIN_GAIN", "MIN_HELDOUT", "RuleTable", "Split",
+           "complexity", "fit_table", "induce"]

@@ -54,6 +54,8 @@ BUILTIN: dict[str, str] = {
     "compile-grammar": "promptevo.optim.propose.compile_grammar",
     "compile-lines": "promptevo.optim.propose.compile_lines",
     "compile-demos": "promptevo.optim.propose.compile_demos",
+    "compile-fold": "promptevo.optim.propose.compile_fold",
+    "compile-paraphrase": "promptevo.optim.propose.compile_paraphrase",
     # not chosen with --operators: --skills adds library skills, pruning generations use the pruner
     "skills": "promptevo.optim.propose.skills",
     "prune": "promptevo.optim.propose.pruner",

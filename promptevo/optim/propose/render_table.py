@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.optim.reflect.expert import LabelledState
-from promptevo.agents.answer_fields import LINE_FIELD, TEXT_FIELD
+from promptevo.agents.answer_fields import FOLD_MARK, LINE_FIELD, TEXT_FIELD
 from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.reflect.features import (
     NONE,
@@ -61,6 +61,10 @@ class Rendering:
     explorer: Explorer | None = None
     #: the "no line" case written first and in the answer's own field ("Line is "none": turn left.")
     none_first: bool = False
+    #: the "no line" case folded into the table's own key: where the line is none, the key field holds the
+    #: value whose row gives the explorer's action ("Last word: left"), so the agent does one lookup for every
+    #: state (a constant explorer only; the grammar writes that value after a "none" line)
+    fold: bool = False
 
 
 @dataclass
@@ -74,6 +78,16 @@ class Field:
     feature: str = ""
     test: str | None = None
     after: bool = False
+    #: the value this field holds where no line names the target (:attr:`Rendering.fold`)
+    fold: str | None = None
+
+
+def fold_key(table: RuleTable, explorer: Explorer | None) -> str | None:
+    """The table value whose row gives the constant explorer's action ("left" for "turn left"), or None
+    (no explorer, an explorer that counts turns, or no such row)."""
+    if explorer is None or explorer.turns:
+        return None
+    return next((v for v, b in table.branches.items() if v != NONE and b == explorer.action), None)
 
 
 def render_fields(table: RuleTable, phrases: dict, how: Rendering = Rendering()) -> tuple[list[Field], str]:
@@ -165,7 +179,18 @@ def render_fields(table: RuleTable, phrases: dict, how: Rendering = Rendering())
             lines.append(r["case"].format(cond=r["otherwise"].format(cond=either), action=b.no))
     ex = how.explorer
     line_label = next((f.label for f in fields if f.feature == f"{slots[0]}.line"), None) if slots else None
-    if how.none_first and line_label and "none_field" in r:
+    key = fold_key(table, ex) if how.fold else None
+    root = next((f for f in fields if f.feature == table.root), None)
+    if key is not None and line_label and root is not None and "none_fold" in r:
+        # "Line is "none": write "Last word: left"." then the row of "left" applies like any other
+        root.fold = key
+        if root.values is not None and "closed_fold" in phrases["format"]:
+            c = phrases["format"]
+            root.values = [v for v in root.values if v != NONE]
+            shown = c["or"].join([", ".join(root.values[:-1]), root.values[-1]]) if len(root.values) > 1 else root.values[0]
+            root.ask = c["closed_fold"].format(label=root.label, values=shown, value=key, line=line_label)
+        lines.insert(1, r["none_fold"].format(label=line_label, field=root.label, value=key))
+    elif how.none_first and line_label and "none_field" in r:
         # the "no line" case read from the answer's own field, before the cases (a small model reads the
         # first matching line): "Line is "none": turn left."
         if ex is not None and ex.turns:
@@ -223,6 +248,8 @@ def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], voc
             word = before.most_common(1)[0][0] if before else "-"
             lead = "" if word == "-" else word + " "
             out.append((f.label, [NONE, f"{lead}{{slot{min(int(slot), 3)}}} {LINE_FIELD if lines else TEXT_FIELD}"]))
+        elif f.fold is not None and f.values:
+            out.append((f.label, [v for v in f.values if v != NONE] + [f"{f.fold} {FOLD_MARK}"]))
         else:
             out.append((f.label, f.values))
     return out

@@ -52,12 +52,14 @@ class FieldSpec:
     feature: str
     test: str | None = None
     after: bool = False
+    fold: str | None = None  # the value the field holds where no line names the target
 
     @classmethod
     def of(cls, d: Any) -> "FieldSpec":
         if isinstance(d, dict):
-            return cls(d["label"], d.get("values"), d.get("feature", ""), d.get("test"), bool(d.get("after")))
-        return cls(d.label, d.values, d.feature, d.test, d.after)
+            return cls(d["label"], d.get("values"), d.get("feature", ""), d.get("test"), bool(d.get("after")),
+                       d.get("fold"))
+        return cls(d.label, d.values, d.feature, d.test, d.after, getattr(d, "fold", None))
 
 
 def _after(rest: str) -> str:
@@ -82,7 +84,7 @@ def true_values(observation: str, mission: str, vocab: Vocabulary, table: Any, f
             found = slot_lines(observation, things[k]) if k < len(things) else []
             out[f.label] = found[0][0] if found else NONE
         elif not present:
-            out[f.label] = "no" if f.test is not None else NONE
+            out[f.label] = f.fold or ("no" if f.test is not None else NONE)
         elif f.test is not None:
             out[f.label] = "yes" if feats.get(f.feature) == f.test else "no"
         elif f.after:
