@@ -132,6 +132,8 @@ FORBIDDEN = {
                       "promptevo.evaluation", "promptevo.envs", "promptevo.baselines"),
     "promptevo.evaluation": ("promptevo.optim", "promptevo.api", "promptevo.cli", "promptevo.reporting",
                              "promptevo.baselines"),
+    # the optimizer is below the API: nothing in it runs back up (curriculum, which does, lives beside api)
+    "promptevo.optim": ("promptevo.api", "promptevo.cli", "promptevo.baselines", "promptevo.curriculum"),
 }
 
 

@@ -1,5 +1,5 @@
 """Tests of the LLM environment engineer (promptevo.optim.propose.engineer, .failures), the MAPF curriculum
-(promptevo.optim.curriculum, promptevo.cli.curriculum), and of MAPF generator knobs in a task's
+(promptevo.curriculum, promptevo.cli.curriculum), and of MAPF generator knobs in a task's
 ``[env]`` table (promptevo.envs.mapf.family).
 
 Test doubles (all LLM calls go to ``fake/scripted`` through :class:`ScriptedLLM`; calls are told apart by
@@ -26,7 +26,7 @@ from promptevo.envs.mapf.failures import FAILURE_CAUSES, classify_episode, failu
 from promptevo.envs.mapf.family import mapf_config, params_for
 from promptevo.llm import Gateway, LLMConfig, ScriptedLLM
 from promptevo.optim.config import OptimizeConfig
-from promptevo.optim.curriculum import run_curriculum
+from promptevo.curriculum import run_curriculum
 from promptevo.optim.propose.engineer import DEFAULT_BOUNDS, Bounds, apply_changes, propose_config
 from promptevo.optim.state import RunError, RunState, load_checkpoint
 from promptevo.tasks import TaskConfig, TaskError, load_task, load_task_file, make_env

@@ -13,7 +13,7 @@ from promptevo.cli.errors import print_error, user_error_types
 from promptevo.cli.optimize import build_parser, given_options
 from promptevo.cli.parsing import CommandParser, check_run_name
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
-from promptevo.optim.curriculum import curriculum_table, load_mapf_task, run_curriculum
+from promptevo.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.state import RunError
 
 
