@@ -29,7 +29,7 @@ from promptevo.optim.propose.induce import RuleTable
 from promptevo.tasks import load_task, make_env
 
 RENDERINGS = ["induce", "compile-vocab", "compile-slots", "compile-grammar", "compile-lines", "compile-demos",
-              "compile-fold"]
+              "compile-fold", "compile-bind"]
 
 
 class _Game:
@@ -106,7 +106,8 @@ def main() -> None:
         decisions = max(1, comp["decisions"])
         row = {"rendering": name, "n": summary["n"], "success": summary["success_rate"],
                "successes": summary["successes"], "compliance": comp, "seconds_per_decision": round(secs / decisions, 2),
-               "tokens_per_decision": round(summary.get("tokens", 0) / decisions, 1)}
+               "tokens_per_decision": round(summary.get("total_tokens", 0) / decisions, 1),
+               "completion_tokens_per_decision": round(summary.get("completion_tokens", 0) / decisions, 1)}
         rows.append(row)
         print(f"{name:<16} success {summary['successes']}/{summary['n']}  compliance {comp['compliance']}  "
               f"in view {comp['by_view']['in view']['compliance']}  out of view {comp['by_view']['out of view']['compliance']}  "

@@ -7,6 +7,7 @@ The LLM here is a test double (ScriptedLLM); nothing in this file stands in for 
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace as S2
 
 import pytest
 from engine_doubles import CountingRunner, config, run
@@ -182,6 +183,64 @@ def test_a_folded_field_holds_its_value_after_a_none_line_in_grammar_truth_and_r
     assert llama.LlamaGrammar.from_string(g, verbose=False) is not None
 
 
+def test_a_bound_field_gets_only_the_copied_lines_own_word_from_the_grammar():
+    from promptevo.agents.base import answer_grammar
+    from promptevo.envs.base import ActionSpace
+    from promptevo.optim.propose.render_table import Rendering, grammar_fields, load_phrases, render_fields
+
+    prompt = Prompt((Segment("answer-grammar", "Line: none | a {slot1} <line>\nLast word: forward | left | right | "
+                                               "left (if none) | <last word>\n<|ACTION|>"),
+                     Segment("slot-words", "red, ball, blue, key")))
+    space = ActionSpace(["turn left", "go forward"])
+    two = IN_VIEW + "\na red ball 2 steps right"
+    g = answer_grammar(prompt, space, None, "go to the red ball", two)
+    # the two-part line's last word is "forward" (never its first direction word "left")
+    assert ('("Line: " "a red ball 1 step left and 2 steps forward" "\\n" "Last word: " "forward" "\\n")' in g)
+    assert '("Line: " "a red ball 2 steps right" "\\n" "Last word: " "right" "\\n")' in g
+    assert 'f1n ::= "left"\n' in g and "f0y" not in g
+    # out of view there is no line to bind: the folded value, as compile-fold
+    assert 'f1 ::= "left"\n' in answer_grammar(prompt, space, None, "go to the red ball", OUT_OF_VIEW)
+    llama = pytest.importorskip("llama_cpp")
+    grammar = llama.LlamaGrammar.from_string(g, verbose=False)
+    assert grammar is not None
+    # the words after the name: one of the field's values, else "other"
+    after = Prompt((Segment("answer-grammar", "Line: none | a {slot1} <line>\nAfter the name: 1 step forward | other "
+                                              "| none | <words after the name>\n<|ACTION|>"),
+                    Segment("slot-words", "red, ball, blue, key")))
+    g2 = answer_grammar(after, space, None, "pick up the red ball", "a red ball 1 step forward\na red ball 2 steps left")
+    assert '"a red ball 1 step forward" "\\n" "After the name: " "1 step forward"' in g2
+    assert '"a red ball 2 steps left" "\\n" "After the name: " "other"' in g2
+    assert llama.LlamaGrammar.from_string(g2, verbose=False) is not None
+    fields, _ = render_fields(TABLE, load_phrases(), Rendering(closed=True, explorer=Explorer("turn left"), fold=True))
+    assert grammar_fields(fields, [], VOCAB, slots=False, lines=True, bind=True)[1][1][-1] == "<last word>"
+    assert "<last word>" not in grammar_fields(fields, [], VOCAB, slots=False, lines=True)[1][1]
+
+
+def test_thing_words_come_from_env_resets_too_and_never_from_a_missions_verb():
+    from types import SimpleNamespace as S
+
+    from promptevo.optim.reflect.features import thing_words
+
+    expert = [S(mission=MISSION, observation=IN_VIEW), S(mission="go to the blue key", observation=OUT_OF_VIEW)]
+    assert "yellow" not in thing_words(expert, VOCAB)
+    resets = [S(mission="go to the yellow key", observation="a wall 2 steps forward\na yellow key 1 step left")]
+    words = thing_words(expert + resets, VOCAB)
+    assert {"yellow", "red", "ball", "blue", "key"} <= words
+    assert "wall" not in words and "left" not in words and "step" not in words
+    doors = vocabulary([OUT_OF_VIEW, "a red door 1 step left\na wall 2 steps forward\na blue key 1 step right"])
+    words = thing_words([S(mission="open the red door", observation="a open door 2 steps left")], doors)
+    assert words == {"red", "door"}  # "a open door": the mission's verb is never a thing's word
+
+
+def test_reset_states_read_missions_and_first_observations_of_training_seeds(goto_fit):
+    from promptevo.optim.propose.compile_table import reset_states
+
+    task, train, _states, _ind = goto_fit
+    game = S2(task=task, env_factory=make_env)
+    got = reset_states(game, train[:5])
+    assert len(got) == 5 and all(r.mission.startswith("go to") and r.observation for r in got)
+
+
 def test_read_fields_reads_what_the_agent_wrote():
     got = read_fields("**Line:** A red ball 1 step left.\nLast word: `forward`<|ACTION|>go forward<|END|>",
                       ["Line", "Last word", "Door"])
@@ -241,7 +300,8 @@ def test_demonstrations_cover_every_row_of_the_table(goto_fit):
 @pytest.mark.parametrize("operator, segment", [("compile-grammar", "answer-grammar"), ("compile-slots", "slot-words"),
                                                ("compile-demos", "induced-examples"),
                                                ("compile-lines", "answer-grammar"),
-                                               ("compile-fold", "answer-grammar")])
+                                               ("compile-fold", "answer-grammar"),
+                                               ("compile-bind", "answer-grammar")])
 def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported(tmp_path, operator, segment):
     cfg = config(tmp_path, agent="robust-cot", init="plain", operators=[operator], generations=1, children=1,
                  episodes=8, evidence_episodes=4, validation_episodes=12, test_episodes=6, expert_episodes=12,
@@ -255,10 +315,11 @@ def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported
     assert system.get("induced-rule") and system.get(segment)
     comp = res.report.get("compliance") or {}
     assert comp, "report.json has a compliance section"
-    if operator in ("compile-lines", "compile-fold"):
+    if operator in ("compile-lines", "compile-fold", "compile-bind"):
         assert "<line>" in system.get("answer-grammar")
-    if operator == "compile-fold":
+    if operator in ("compile-fold", "compile-bind"):
         assert "(if none)" in system.get("answer-grammar")
+    assert ("<last word>" in (system.get("answer-grammar") or "")) == (operator == "compile-bind")
     cost = res.report["cost_per_call"]
     assert cost["initial"]["calls"] > 0 and cost["best"]["tokens_per_call"] > 0 and cost["limit"] == 1.5
 

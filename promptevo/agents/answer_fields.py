@@ -10,7 +10,9 @@ prompt, exported and reported like any other segment, so such an edit is never h
   value ending in ``<line>`` is closed to this step's observation: one of its lines that starts with that
   prefix, copied whole, e.g. ``Line: none | a {slot1} <line>``; with no such line the value is not offered;
   a value ending in ``(if none)`` is what the field holds after a "none" line, e.g. ``Last word: forward |
-  left | right | left (if none)``), and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
+  left | right | left (if none)``; a value ``<last word>``, ``<first word>`` or ``<words after the name>``
+  binds the field to the copied line: after each of the step's lines the grammar offers only that line's
+  own word(s), so the agent chooses the line and the grammar writes them), and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
   a grammar (``local/`` models), :func:`grammar_of` compiles it to GBNF so a reply is always these
   fields in this order, then one valid action: always parseable and short.
 * ``slot-words`` - the words that name things in this game's observations, comma separated. A prompt's
@@ -41,6 +43,11 @@ TEXT_FIELD = "<text>"
 LINE_FIELD = "<line>"
 #: a value marked ``left (if none)`` is what the field holds when the copied line before it is "none"
 FOLD_MARK = "(if none)"
+#: a value bound to the copied line before it: the grammar offers, after each of the step's lines, only
+#: that line's first / last word, or the words after the line's prefix (the mission's thing) when they are
+#: one of the field's values, else "other" (``Last word: forward | left | right | <last word>``; needs a
+#: ``<line>`` value in the first field)
+BOUND_WORDS = {"<first word>": "first", "<last word>": "last", "<words after the name>": "after"}
 #: longest copied line a grammar allows (characters)
 TEXT_CHARS = 100
 #: what a slot reads when the mission does not name that many things
@@ -108,6 +115,8 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     text = f"[^\\n<]{{1,{TEXT_CHARS}}}"
     fields: list[tuple[str, list[str], bool]] = []  # (label, GBNF alternatives, copied-line field)
     folds: dict[str, str] = {}  # label -> what the field holds after a "none" line
+    bound: dict[int, tuple[str, list[str]]] = {}  # field index -> (what of the copied line it holds, its values)
+    offered: list[tuple[str, str]] = []  # (prefix, line) a <line> value offers
     for label, values in parse_spec(spec):
         if values is None:
             fields.append((label, [text], True))
@@ -115,13 +124,17 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
         alts: list[str] = []
         copied = False
         for v in values:
-            if v == LINE_FIELD or v.endswith(" " + LINE_FIELD):
+            if v in BOUND_WORDS:
+                bound[len(fields)] = (BOUND_WORDS[v], [x for x in values if x not in BOUND_WORDS])
+            elif v == LINE_FIELD or v.endswith(" " + LINE_FIELD):
                 copied = True
                 prefix = v[: -len(LINE_FIELD)].strip()
                 if observation is None:
                     alts.append((gbnf_literal(prefix + " ") + " " if prefix else "") + text)
                 else:
-                    alts += [gbnf_literal(ln) for ln in observation_lines(observation, prefix)]
+                    found = observation_lines(observation, prefix)
+                    offered += [(prefix, ln) for ln in found]
+                    alts += [gbnf_literal(ln) for ln in found]
             elif v.endswith(" " + FOLD_MARK):
                 folds[label] = gbnf_literal(v[: -len(FOLD_MARK)].strip())
                 alts.append(folds[label])
@@ -149,7 +162,13 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
         yes = [[a for a in first[1] if a != none]] + [[a for a in alts if a != none] or alts for _, alts, _ in fields[1:]]
         branches = [no, yes]
         body = []
+        # bound words read the first field's line: only with one copied line (a multi-slot answer keeps its words free)
+        bind = bool(bound) and bool(offered) and observation is not None and sum(c for _, _, c in fields) == 1
         for tag, br in zip("ny", branches):
+            if tag == "y" and bind:
+                rules += [f"f{i}y ::= " + " | ".join(alts) for i, alts in enumerate(br) if i]
+                body.append(_bound_branch(fields, bound, offered))
+                continue
             names = []
             for i, ((label, _, _), alts) in enumerate(zip(fields, br)):
                 rules.append(f"f{i}{tag} ::= " + " | ".join(alts))
@@ -165,6 +184,34 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     root = "root ::= " + " ".join(([fields_rule] if fields else []) + [gbnf_literal("<|ACTION|>"), "action",
                                                                        gbnf_literal("<|END|>")])
     return "\n".join([root] + rules) + "\n" + action_rules
+
+
+def bound_value(what: str, line: str, prefix: str, values: Sequence[str]) -> str | None:
+    """What a bound field holds after ``line`` (copied from the observation; ``prefix`` is the thing's name
+    it starts with): its first or last word, or the words after the prefix when they are one of ``values``,
+    else "other" where that is a value (else those words); None when the line has no such part."""
+    if what == "after":
+        rest = " ".join(line[len(prefix):].split()).lower() if line.lower().startswith(prefix.lower()) else ""
+        if not rest:
+            return None
+        return rest if rest in values or "other" not in values else "other"
+    words = _WORD.findall(line.lower())
+    return (words[0] if what == "first" else words[-1]) if words else None
+
+
+def _bound_branch(fields: Sequence[tuple[str, list[str], bool]], bound: dict[int, tuple[str, list[str]]],
+                  lines: Sequence[tuple[str, str]]) -> str:
+    """The "a line was copied" branch of :func:`grammar_of` with bound fields: one alternative per offered
+    line, that line then, in each bound field, its own word(s) (rules ``f<i>y`` of the free fields are
+    defined by the caller; a line with no such part keeps the field's rule)."""
+    alternatives = []
+    for prefix, ln in dict.fromkeys(lines):
+        names = [gbnf_literal(f"{fields[0][0]}: "), gbnf_literal(ln), '"\\n"']
+        for i, (label, _, _) in enumerate(fields[1:], 1):
+            value = bound_value(*bound[i][:1], ln, prefix, bound[i][1]) if i in bound else None
+            names += [gbnf_literal(f"{label}: "), gbnf_literal(value) if value else f"f{i}y", '"\\n"']
+        alternatives.append("(" + " ".join(names) + ")")
+    return "(" + " | ".join(alternatives) + ")"
 
 
 def read_fields(reply: str, labels: Iterable[str]) -> dict[str, str | None]:
@@ -221,6 +268,6 @@ def fill_slots(text: str, mission: str, words: frozenset[str] | None, article: s
     return text
 
 
-__all__ = ["AnswerSpecError", "DIRECTIVE_SEGMENTS", "FOLD_MARK", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
+__all__ = ["AnswerSpecError", "BOUND_WORDS", "DIRECTIVE_SEGMENTS", "bound_value", "FOLD_MARK", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
            "LINE_FIELD", "SLOT_WORDS_SEGMENT", "TEXT_FIELD", "fill_slots", "grammar_of", "mission_things",
            "observation_lines", "parse_slot_words", "parse_spec", "read_fields", "spec_text"]

@@ -6,6 +6,7 @@ and the refit checked against its parent's table by simulation with the program 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
@@ -40,6 +41,34 @@ def valid_actions(game, seed: int) -> list[str]:
         return list(env.valid_actions)
     finally:
         env.close()
+
+
+#: training seeds whose first observation is read (env reset, no LLM) for the words that name things
+WORD_SEEDS = 200
+
+
+@dataclass(frozen=True)
+class _Reset:
+    mission: str
+    observation: str
+
+
+def reset_states(game, seeds: Sequence[int]) -> list[_Reset]:
+    """``(mission, first observation)`` of fresh env resets to ``seeds`` (what the agent would see at step
+    0; no LLM, no hidden state): the words that name things come from more missions than the expert played
+    ("the yellow key" where no expert episode had a yellow object). A seed whose reset fails is skipped."""
+    out: list[_Reset] = []
+    env = game.env_factory(game.task)
+    try:
+        for seed in seeds:
+            try:
+                obs, info = env.reset(seed)
+            except Exception:  # noqa: BLE001 - a seed the env cannot reset adds no words
+                continue
+            out.append(_Reset(str(info.get("mission") or env.mission), obs or ""))
+    finally:
+        env.close()
+    return out
 
 
 def _parent_table(ctx: OperatorContext) -> tuple[RuleTable, Explorer | None] | None:
@@ -116,10 +145,11 @@ def demonstrations(states: Sequence[LabelledState], table: RuleTable, explorer: 
 
 
 def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, operator: str, how: Rendering, *,
-                  grammar: bool = False, demos: int = 0, lines: bool = False) -> list[Proposal]:
+                  grammar: bool = False, demos: int = 0, lines: bool = False, bind: bool = False) -> list[Proposal]:
     """One child of ``parent`` carrying this generation's induced table rendered ``how`` (with an
     ``answer-grammar`` for constrained decoding, its copied line closed to the step's observation lines
-    with ``lines``, ``demos`` demonstrations), or a log line saying why not."""
+    with ``lines``, its line-word fields bound to that line with ``bind``, ``demos`` demonstrations), or a log
+    line saying why not."""
     ind, explorer, record = generation_induction(evidence, ctx)
     if operator == "induce" or "induce" not in ctx.record:
         ctx.record.setdefault("induce", record)
@@ -152,14 +182,15 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         child = apply_edit(apply_edit(parent, edit), fmt_edit)
         if how.slots:
             # the words of the things the expert's missions name (never "and", "left"... of the lines)
-            words = sorted(thing_words(states_of(evidence.get("expert") or {}), ind.vocab))
+            resets = reset_states(ctx.game, ctx.game.task.seed_list("train")[:WORD_SEEDS])
+            words = sorted(thing_words([*states_of(evidence.get("expert") or {}), *resets], ind.vocab))
             child = apply_edit(child, rule_edit(child, module, SLOT_WORDS_SEGMENT, ", ".join(words),
                                                 "the words that name things in the observations (fills {slot1}... "
                                                 "per episode)"))
         if grammar:
             child = apply_edit(child, rule_edit(child, module, GRAMMAR_SEGMENT,
                                                 spec_text(grammar_fields(fields, states_of(evidence.get("expert") or {}),
-                                                                         ind.vocab, how.slots, lines)),
+                                                                         ind.vocab, how.slots, lines, bind)),
                                                 "answer grammar: the induced fields and their values, then one "
                                                 "valid action"))
         if demos > 0:
@@ -178,7 +209,7 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
     rec = dict(record)
     rec.update({"rule": rule, "format": fmt, "rendering": {"closed": how.closed, "slots": how.slots,
                                                            "grammar": grammar, "lines": lines, "demos": demos,
-                                                           "fold": how.fold},
+                                                           "fold": how.fold, "bind": bind},
                 "reply_tokens": {"longest_answer": need, "cap": cap},
                 "fields": [{"label": f.label, "values": f.values, "feature": f.feature, "test": f.test,
                             "after": f.after, "fold": f.fold} for f in fields]})
@@ -198,6 +229,7 @@ class CompileOperator:
     how = Rendering()
     grammar = False
     lines = False
+    bind = False
     demos = 0
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
@@ -205,7 +237,7 @@ class CompileOperator:
             return []
         ctx.cache[f"{self.name}-done"] = True
         return compile_child(parent, ctx, evidence, self.name, self.how, grammar=self.grammar, demos=self.demos,
-                             lines=self.lines)
+                             lines=self.lines, bind=self.bind)
 
 
 class InduceOperator(CompileOperator):
@@ -216,5 +248,5 @@ class InduceOperator(CompileOperator):
 register_operator(InduceOperator())
 
 
-__all__ = ["CompileOperator", "DEMO_SEGMENT", "EXPLORER_SEEDS", "InduceOperator", "SEGMENT", "compile_child",
-           "demonstrations", "generation_induction", "valid_actions"]
+__all__ = ["CompileOperator", "DEMO_SEGMENT", "EXPLORER_SEEDS", "InduceOperator", "SEGMENT", "WORD_SEEDS",
+           "compile_child", "demonstrations", "generation_induction", "reset_states", "valid_actions"]

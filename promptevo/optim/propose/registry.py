@@ -55,6 +55,7 @@ BUILTIN: dict[str, str] = {
     "compile-lines": "promptevo.optim.propose.compile_lines",
     "compile-demos": "promptevo.optim.propose.compile_demos",
     "compile-fold": "promptevo.optim.propose.compile_fold",
+    "compile-bind": "promptevo.optim.propose.compile_bind",
     "compile-paraphrase": "promptevo.optim.propose.compile_paraphrase",
     # not chosen with --operators: --skills adds library skills, pruning generations use the pruner
     "skills": "promptevo.optim.propose.skills",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.optim.reflect.expert import LabelledState
-from promptevo.agents.answer_fields import FOLD_MARK, LINE_FIELD, TEXT_FIELD
+from promptevo.agents.answer_fields import BOUND_WORDS, FOLD_MARK, LINE_FIELD, TEXT_FIELD
 from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.reflect.features import (
     NONE,
@@ -233,12 +233,14 @@ def demo_text(states: Sequence[LabelledState], fields: Sequence[Field], table: R
 
 
 def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], vocab: Vocabulary,
-                   slots: bool, lines: bool = False) -> list[tuple[str, list[str] | None]]:
+                   slots: bool, lines: bool = False, bind: bool = False) -> list[tuple[str, list[str] | None]]:
     """The ``answer-grammar`` fields of a rendering: closed fields keep their values; with ``slots``, a
     copied-line field becomes "none" or a line that starts by naming the mission's thing, preceded by the
     word the expert's lines most often put before it (learnt from the data: "a {slot1} <text>"); with
-    ``lines`` that line must be one of the step's observation lines ("a {slot1} <line>")."""
+    ``lines`` that line must be one of the step's observation lines ("a {slot1} <line>"); with ``bind`` (and
+    ``lines``) a field holding the line's first or last word is bound to the copied line ("<last word>")."""
     out: list[tuple[str, list[str] | None]] = []
+    marks = {v: k for k, v in BOUND_WORDS.items()}
     for f in fields:
         slot, kind = f.feature.split(".", 1) if f.feature else ("", "")
         if kind == "line" and slots:
@@ -249,10 +251,18 @@ def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], voc
             lead = "" if word == "-" else word + " "
             out.append((f.label, [NONE, f"{lead}{{slot{min(int(slot), 3)}}} {LINE_FIELD if lines else TEXT_FIELD}"]))
         elif f.fold is not None and f.values:
-            out.append((f.label, [v for v in f.values if v != NONE] + [f"{f.fold} {FOLD_MARK}"]))
+            out.append((f.label, [v for v in f.values if v != NONE] + [f"{f.fold} {FOLD_MARK}"]
+                        + _bound(kind, bind and lines, marks)))
         else:
-            out.append((f.label, f.values))
+            out.append((f.label, f.values if f.values is None
+                        else f.values + _bound("after" if f.after else kind, bind and lines, marks)))
     return out
+
+
+def _bound(kind: str, bind: bool, marks: dict[str, str]) -> list[str]:
+    """The bound mark of a field reporting the line's first or last word or the words after the name
+    (``["<last word>"]``)."""
+    return [marks[kind]] if bind and kind in marks else []
 
 
 __all__ = ["Field", "Rendering", "demo_text", "grammar_fields", "load_phrases", "render", "render_fields"]

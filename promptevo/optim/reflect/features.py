@@ -179,16 +179,19 @@ def anonymise(line: str, mission: str, vocab: Vocabulary) -> str:
 def thing_words(states: Sequence[Any], vocab: Vocabulary) -> set[str]:
     """The words that name things: those of the things the expert's missions name, and a word of an
     observation line that stands between the line's first word and such a word ("a yellow key": "yellow",
-    a thing's word no mission of the sample used); never "and", "left", "step" of the lines. ``states``:
-    expert-labelled states (``mission``, ``observation``)."""
+    a thing's word no mission of the sample used); never "and", "left", "step" of the lines, nor a word
+    that begins a mission (its verb: "a open door" never makes "open" a thing's word). ``states``: objects
+    with ``mission`` and ``observation`` (expert-labelled states, env resets)."""
     words = {w for s in states for thing in mission_slots(s.mission, vocab) for w in thing}
+    verbs = {t[0] for s in states if (t := tokens(s.mission))}
     lead = Counter(ln.split()[0] for s in states for ln in s.observation.lower().splitlines() if ln.split())
     first = lead.most_common(1)[0][0] if lead else None
     extra = set()
     for s in states:
         for ln in s.observation.lower().splitlines():
             t = ln.split()
-            if len(t) >= 3 and t[0] == first and t[2] in words and t[1] not in words and t[1].isalpha():
+            if (len(t) >= 3 and t[0] == first and t[2] in words and t[1] not in words and t[1].isalpha()
+                    and t[1] not in verbs):
                 extra.add(t[1])
     return words | extra
 
