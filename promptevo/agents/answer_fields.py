@@ -208,7 +208,7 @@ def _bound_branch(fields: Sequence[tuple[str, list[str], bool]], bound: dict[int
     for prefix, ln in dict.fromkeys(lines):
         names = [gbnf_literal(f"{fields[0][0]}: "), gbnf_literal(ln), '"\\n"']
         for i, (label, _, _) in enumerate(fields[1:], 1):
-            value = bound_value(*bound[i][:1], ln, prefix, bound[i][1]) if i in bound else None
+            value = bound_value(bound[i][0], ln, prefix, bound[i][1]) if i in bound else None
             names += [gbnf_literal(f"{label}: "), gbnf_literal(value) if value else f"f{i}y", '"\\n"']
         alternatives.append("(" + " ".join(names) + ")")
     return "(" + " | ".join(alternatives) + ")"
@@ -268,6 +268,6 @@ def fill_slots(text: str, mission: str, words: frozenset[str] | None, article: s
     return text
 
 
-__all__ = ["AnswerSpecError", "BOUND_WORDS", "DIRECTIVE_SEGMENTS", "bound_value", "FOLD_MARK", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
+__all__ = ["AnswerSpecError", "BOUND_WORDS", "DIRECTIVE_SEGMENTS", "FOLD_MARK", "GENERIC_SLOTS", "GRAMMAR_SEGMENT", "SLOT_PLACEHOLDERS",
            "LINE_FIELD", "SLOT_WORDS_SEGMENT", "TEXT_FIELD", "fill_slots", "grammar_of", "mission_things",
-           "observation_lines", "parse_slot_words", "parse_spec", "read_fields", "spec_text"]
+           "observation_lines", "parse_slot_words", "parse_spec", "read_fields", "spec_text", "bound_value"]

@@ -182,8 +182,9 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         child = apply_edit(apply_edit(parent, edit), fmt_edit)
         if how.slots:
             # the words of the things the expert's missions name (never "and", "left"... of the lines)
-            resets = reset_states(ctx.game, ctx.game.task.seed_list("train")[:WORD_SEEDS])
-            words = sorted(thing_words([*states_of(evidence.get("expert") or {}), *resets], ind.vocab))
+            if "resets" not in ctx.cache:  # once per generation, shared by the compile operators
+                ctx.cache["resets"] = reset_states(ctx.game, ctx.game.task.seed_list("train")[:WORD_SEEDS])
+            words = sorted(thing_words([*states_of(evidence.get("expert") or {}), *ctx.cache["resets"]], ind.vocab))
             child = apply_edit(child, rule_edit(child, module, SLOT_WORDS_SEGMENT, ", ".join(words),
                                                 "the words that name things in the observations (fills {slot1}... "
                                                 "per episode)"))

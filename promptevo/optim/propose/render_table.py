@@ -238,7 +238,8 @@ def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], voc
     copied-line field becomes "none" or a line that starts by naming the mission's thing, preceded by the
     word the expert's lines most often put before it (learnt from the data: "a {slot1} <text>"); with
     ``lines`` that line must be one of the step's observation lines ("a {slot1} <line>"); with ``bind`` (and
-    ``lines``) a field holding the line's first or last word is bound to the copied line ("<last word>")."""
+    ``lines``) a field holding the line's first or last word, or the words after the name, is bound to the
+    copied line ("<last word>")."""
     out: list[tuple[str, list[str] | None]] = []
     marks = {v: k for k, v in BOUND_WORDS.items()}
     for f in fields:
