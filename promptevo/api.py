@@ -224,8 +224,8 @@ def _run_engine(config: OptimizeConfig, task: TaskConfig, adapter: Any, initial_
     engine = Engine(config, adapter, task=task, usage=usage_of(agent_gateway, optimizer_gateway), emitter=emitter,
                     finish=finish_run, skills_hook=update_skills if config.skills else None,
                     validity_hook=validity_report if config.backtest else None)
-    if hasattr(adapter, "warn"):
-        adapter.warn = engine.warn  # the adapter's warnings reach the run log and the report
+    if hasattr(adapter, "route_warnings"):
+        adapter.route_warnings(engine.warn)  # the adapter's warnings reach the run log and the report
     if lock_note:
         emitter("warning", message=f"note: {lock_note}")
     try:

@@ -255,6 +255,45 @@ def test_screen_keeps_a_child_that_fixes_states_and_drops_one_that_changes_nothi
     assert not no.keep and no.changed == 0 and "fixes 0" in no.reason
 
 
+def test_the_screen_phase_reads_states_and_decisions_through_the_adapter():
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from promptevo.optim.adapter import Proposal, ProposalBatch
+    from promptevo.optim.screen import screen_phase
+
+    st = LabelledState(1, 0, "pick up the ball", "the ball is 1 step to your left", "turn left", agent="pick up")
+    parent = PromptSet.of({"system": Prompt((Segment("role", "Pick up the ball."),))})
+    child = PromptSet.of({"system": Prompt((Segment("role", "Pick up the ball; turn towards it first."),))})
+    closed = []
+
+    class Replaying:
+        def screen_states(self, evidence, k):
+            return evidence["states"][:k]
+
+        @contextmanager
+        def replay(self):
+            cost = {"decisions": 0}
+
+            def decide(prompts, s):
+                cost["decisions"] += 1
+                return ("turn left" if "towards" in prompts.module("system").render() else "pick up"), True
+            yield decide, cost
+            closed.append(True)
+
+    batch = ProposalBatch([Proposal(child, "mutate", {}, {})])
+    screen_phase(Replaying(), "filter", 4, parent, {"states": [st]}, batch)
+    assert batch.proposals[0].screen["keep"] and batch.record["screen"]["decisions"] == 2 and closed == [True]
+    empty = ProposalBatch([Proposal(child, "mutate", {}, {})])
+    screen_phase(Replaying(), "filter", 4, parent, {"states": []}, empty)
+    assert "no recorded states" in empty.log[0] and empty.proposals[0].screen is None
+    # an adapter that cannot replay states (no expert, or no replay methods) is not screened
+    plain = ProposalBatch([Proposal(child, "mutate", {}, {})])
+    screen_phase(SimpleNamespace(), "filter", 4, parent, {}, plain)
+    screen_phase(Replaying(), "off", 4, parent, {"states": [st]}, plain)
+    assert plain.proposals[0].screen is None and "screen" not in plain.record
+
+
 # -- in the loop ---------------------------------------------------------------------------------------------
 def test_game_without_expert_still_optimizes_and_says_so(tmp_path):
     res = run(config(tmp_path, operators=["induce", "mutate"], generations=1))

@@ -402,13 +402,9 @@ def absorb_usage(gateway: "Gateway | UsageTracker", results: Iterable[EpisodeRes
             u = _usage_from_trajectory(r)
         for role, row in u["by_role"].items():
             row = {k: v for k, v in row.items() if v}
-            if row:
-                usage._add(role, **row)
+            usage.merge(role, row)
             for k, v in row.items():
                 added[k] = added.get(k, 0) + v
-        with usage._lock:
-            for name, target in (("retries_by_kind", usage._retry_kinds), ("errors_by_kind", usage._error_kinds)):
-                for kind, n in u.get(name, {}).items():
-                    target[kind] = target.get(kind, 0) + n
+        usage.merge("agent", {}, retries_by_kind=u.get("retries_by_kind"), errors_by_kind=u.get("errors_by_kind"))
     return added
 

@@ -34,6 +34,19 @@ class UsageTracker:
             for k, v in delta.items():
                 row[k] += v
 
+    def merge(self, role: str, counters: dict, *, retries_by_kind: dict | None = None,
+              errors_by_kind: dict | None = None) -> None:
+        """Add counters measured elsewhere (a worker process's tracker, a trajectory's call records):
+        ``counters`` holds some of ``calls``, ``cache_hits``, tokens, ``cost``, ``latency_s``, ``retries``,
+        ``errors``; the two ``*_by_kind`` maps add to the fault kinds."""
+        row = {k: v for k, v in counters.items() if v}
+        if row:
+            self._add(role, **row)
+        with self._lock:
+            for source, target in ((retries_by_kind, self._retry_kinds), (errors_by_kind, self._error_kinds)):
+                for kind, n in (source or {}).items():
+                    target[kind] = target.get(kind, 0) + n
+
     def record(self, role: str, completion: Completion) -> None:
         if completion.cached:
             self._add(role, calls=1, cache_hits=1)

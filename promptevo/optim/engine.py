@@ -43,6 +43,7 @@ from promptevo.optim.events import Emitter
 from promptevo.optim.hooks import GenerationHook, ValidityHook
 from promptevo.optim.pruning import PrunePolicy
 from promptevo.optim.reflect.ablation import counterfactual_ablation
+from promptevo.optim.screen import screen_phase
 from promptevo.optim.selection import (
     gate_alpha,
     look_levels,
@@ -53,6 +54,7 @@ from promptevo.optim.selection import (
     sequential_gate,
 )
 from promptevo.optim.state import (
+    ACCEPTED_STATUSES,
     CHECKPOINT,
     Candidate,
     GenerationRecord,
@@ -104,18 +106,15 @@ class Engine:
         self.adapter = adapter
         self.task = task
         self._usage_now = usage
-        self.emit = emitter
-        self.finish = finish
-        self.skills_hook = skills_hook
-        self.validity_hook = validity_hook
+        self.emit, self.finish = emitter, finish
+        self.skills_hook, self.validity_hook = skills_hook, validity_hook
         self.run_dir = config.run_path()
         self.lock = threading.RLock()
         self.state: RunState
         self.store: EpisodeStore
         self.episodes_run = 0
         self._usage_base = {"calls": 0, "tokens": 0, "cost": 0.0}
-        self._episodes_base = 0
-        self._wall_base = 0.0
+        self._episodes_base, self._wall_base = 0, 0.0
         self.t0 = time.time()
 
     # -- bookkeeping --------------------------------------------------------------------------------
@@ -418,8 +417,7 @@ class Engine:
                   best_validation=_rate(st.best, "validation"), usage=self.usage(),
                   episodes=self.episodes_total, elapsed_s=self.wall_s,
                   children=len(rec.children), accepted=sum(1 for c in rec.children
-                                                           if st.candidates[c].status in ("accepted", "promoted",
-                                                                                          "not-promoted", "vetoed")),
+                                                           if st.candidates[c].status in ACCEPTED_STATUSES),
                   promoted=bool((rec.gate or {}).get("promoted")))
         return None
 
@@ -437,6 +435,8 @@ class Engine:
                               seed=optimizer_seed(cfg.seed, g), evidence_seeds=list(rec.evidence_seeds),
                               evaluate=self.scores_on)
         batch = self.adapter.propose(parent.prompt_set(), evidence, ctx)
+        if rec.mode != "prune":  # the screen phase: children replayed on recorded states before any race
+            screen_phase(self.adapter, cfg.screen, cfg.screen_states, parent.prompt_set(), evidence, batch)
         rec.optimizer_usage.update(batch.usage)
         for p in batch.proposals:
             c = Candidate(id=st.next_id(), fingerprint=p.prompts.fingerprint(), prompts=p.prompts.to_dict(),

@@ -7,13 +7,15 @@ family-specific behaviour signatures come from the family, and hint libraries ar
 Children come from the operator registry (:mod:`promptevo.optim.propose.registry`, one module per
 operator under :mod:`promptevo.optim.propose`; ``promptevo operators`` lists them): this adapter gives the
 operators the game's services (``cfg``, ``task``, ``opt_gw``, ``env_factory``, ``env_instructions``, the hint
-and skill libraries, ``warn_once``) and screens their children on recorded states.
+and skill libraries, ``warn_once``), and replays recorded states for the engine's screen phase
+(:mod:`promptevo.optim.screen`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from promptevo.agents.base import check_placeholders
@@ -31,7 +33,7 @@ from promptevo.optim.reflect.expert import collect as collect_expert
 from promptevo.optim.reflect.features import Vocabulary
 from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.reflect.llm_json import estimate_tokens
-from promptevo.optim.screen import choose_states, screen
+from promptevo.optim.screen import choose_states
 from promptevo.optim.selection import max_score_of
 from promptevo.segments import PromptSet
 from promptevo.tasks import TaskConfig, make_env
@@ -79,6 +81,10 @@ class TextGameAdapter:
         self._skills: Any = None
 
     # -- context ------------------------------------------------------------------------------------
+    def route_warnings(self, warn: Warn) -> None:
+        """Send this adapter's warnings to ``warn`` from now on (the engine's: run log and report)."""
+        self.warn = warn
+
     def warn_once(self, key: str, msg: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
@@ -233,24 +239,21 @@ class TextGameAdapter:
         return self._skills
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: ProposalContext) -> ProposalBatch:
-        """Children from the registered operators the run names (:mod:`~promptevo.optim.propose.schedule`),
-        then the screen on recorded states."""
-        batch = propose_children(parent, evidence, ctx, self, self.cfg.operators)
-        if ctx.mode != "prune":
-            self._screen(parent, evidence, batch)
-        return batch
+        """Children from the registered operators the run names (:mod:`~promptevo.optim.propose.schedule`);
+        the engine's screen phase (:func:`~promptevo.optim.screen.screen_phase`) replays them next."""
+        return propose_children(parent, evidence, ctx, self, self.cfg.operators)
 
-    # -- screen -------------------------------------------------------------------------------------
-    def _screen(self, parent: PromptSet, evidence: dict, batch: ProposalBatch) -> None:
-        """Replay recorded states with each child and the parent (:mod:`~promptevo.optim.screen`); the
-        verdicts go with the proposals (the engine drops the failing ones in ``filter`` mode)."""
+    # -- what the screen phase reads (:class:`~promptevo.optim.screen.Replayer`) ------------------------
+    def screen_states(self, evidence: dict, k: int) -> list | None:
+        """Up to ``k`` recorded states of the parent's evidence episodes with the expert's action
+        (:func:`~promptevo.optim.screen.choose_states`); None where this game has no expert."""
         expert = evidence.get("expert") or {}
-        if self.cfg.screen == "off" or not batch.proposals or not expert.get("available"):
-            return
-        states = choose_states(states_of(expert), self.cfg.screen_states)
-        if not states:
-            batch.log.append("screen: no recorded states to replay; children go to the race unscreened")
-            return
+        return choose_states(states_of(expert), k) if expert.get("available") else None
+
+    @contextmanager
+    def replay(self) -> Iterator[tuple[Callable[[PromptSet, Any], tuple[str, bool]], dict]]:
+        """``(decide, cost)``: ``decide(prompts, state)`` is the agent's one decision with ``prompts`` in a
+        recorded state (an env reset to the state's seed, the state's observation); the envs close on exit."""
         envs: dict[int, Any] = {}
         cost = {"decisions": 0, "calls": 0, "tokens": 0}
 
@@ -272,19 +275,11 @@ class TextGameAdapter:
                                   for c in d.calls)
             return env.action_space().match(d.action) or env.default_action, d.parsed
 
-        rows = []
         try:
-            for p in batch.proposals:
-                res = screen(p.prompts, parent, states, decide)
-                p.screen = res.to_dict()
-                rows.append({"operator": p.operator, **{k: v for k, v in p.screen.items() if k != "details"}})
-                if not res.keep:
-                    batch.log.append(f"screen: {p.operator} child {'dropped' if self.cfg.screen == 'filter' else 'would be dropped'}"
-                                     f" ({res.reason})")
+            yield decide, cost
         finally:
             for env in envs.values():
                 env.close()
-        batch.record["screen"] = {"mode": self.cfg.screen, "states": len(states), "children": rows, **cost}
 
 
 def _as_dict(r: Any) -> dict:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from promptevo.optim.reflect.expert import LabelledState, unique
 from promptevo.segments import PromptSet
@@ -109,4 +111,41 @@ def screen(child: PromptSet, parent: PromptSet, states: Sequence[LabelledState],
     return res
 
 
-__all__ = ["Decide", "ScreenResult", "choose_states", "screen"]
+class Replayer(Protocol):
+    """What the screen phase reads through a game's adapter: the recorded states of the parent's evidence
+    with known expert actions, and one decision of the agent in such a state (a context manager: the envs
+    it opens close on exit; ``cost`` counts decisions, calls and tokens)."""
+
+    def screen_states(self, evidence: dict, k: int) -> list[LabelledState] | None: ...
+
+    def replay(self) -> AbstractContextManager[tuple[Decide, dict]]: ...
+
+
+def screen_phase(adapter: Any, mode: str, k: int, parent: PromptSet, evidence: dict, batch: Any) -> None:
+    """The engine's phase between propose and race: each proposal of ``batch`` replayed on ``k`` recorded
+    states against ``parent`` (:func:`screen`); its verdict goes with the proposal (``proposal.screen``:
+    the engine drops the failing ones in ``filter`` mode), a row per child in ``batch.record["screen"]``
+    and a log line per child that fails. Skipped with ``mode == "off"``, no proposals, or an adapter that
+    cannot replay states (no :class:`Replayer` methods, or no expert for this game: ``screen_states`` is
+    None)."""
+    if mode == "off" or not batch.proposals or not all(hasattr(adapter, m) for m in ("screen_states", "replay")):
+        return
+    states = adapter.screen_states(evidence, k)
+    if states is None:
+        return
+    if not states:
+        batch.log.append("screen: no recorded states to replay; children go to the race unscreened")
+        return
+    rows = []
+    with adapter.replay() as (decide, cost):
+        for p in batch.proposals:
+            res = screen(p.prompts, parent, states, decide)
+            p.screen = res.to_dict()
+            rows.append({"operator": p.operator, **{k: v for k, v in p.screen.items() if k != "details"}})
+            if not res.keep:
+                batch.log.append(f"screen: {p.operator} child {'dropped' if mode == 'filter' else 'would be dropped'}"
+                                 f" ({res.reason})")
+    batch.record["screen"] = {"mode": mode, "states": len(states), "children": rows, **cost}
+
+
+__all__ = ["Decide", "Replayer", "ScreenResult", "choose_states", "screen", "screen_phase"]

@@ -24,6 +24,8 @@ from promptevo.segments import PromptSet
 
 CHECKPOINT = "checkpoint.json"
 CHECKPOINT_VERSION = 2
+#: the statuses of a candidate that won its race (promoted or not, or vetoed by the backtest afterwards)
+ACCEPTED_STATUSES = frozenset({"accepted", "promoted", "not-promoted", "vetoed"})
 SplitName = Literal["train", "validation", "test"]
 
 

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.fileio import write_text_atomic
-from promptevo.optim.state import CHECKPOINT, RunError, fingerprint_mismatch
+from promptevo.optim.state import ACCEPTED_STATUSES, CHECKPOINT, RunError, fingerprint_mismatch
 from promptevo.reporting import charts
 from promptevo.segments import PromptSet, diff_prompts
 
 REPORT_HTML = "report.html"
 _MAX_TEXT = 4000  # longest free text (raw replies) shown before it is cut
-ACCEPTED = ("accepted", "promoted", "not-promoted", "vetoed")
+ACCEPTED = ACCEPTED_STATUSES
 _STATUS_CLASS = {"promoted": "promoted", "accepted": "accepted", "not-promoted": "accepted", "vetoed": "vetoed",
                  "rejected": "rejected", "stopped": "stopped"}
 _EFFECTS = {"helped", "hurt", "missing", "neutral"}

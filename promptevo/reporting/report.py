@@ -19,6 +19,7 @@ from promptevo.evaluation.statistics import paired_test, summarize_records
 from promptevo.fileio import read_json, write_json_atomic, write_text_atomic
 from promptevo.optim.propose.pruner import prompt_tokens
 from promptevo.optim.state import (
+    ACCEPTED_STATUSES,
     Candidate,
     RunState,
     author_of,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-ACCEPTED = ("accepted", "promoted", "not-promoted", "vetoed")
+ACCEPTED = ACCEPTED_STATUSES
 
 
 def _usage_tokens(u: dict | None) -> int:

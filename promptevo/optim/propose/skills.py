@@ -37,6 +37,7 @@ from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import format_rewrite
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS
+from promptevo.optim.state import ACCEPTED_STATUSES
 from promptevo.segments import Edit, PromptSet, apply_edit, check_name, sanitize_text
 
 LIBRARY_VERSION = 1
@@ -44,7 +45,7 @@ LIBRARY_VERSION = 1
 #: Outcomes of a later trial that count as the skill having helped.
 SUCCESS_OUTCOMES = frozenset({"promoted", "accepted and promoted", "helped", "success"})
 #: Outcomes of a later trial in which the skill's child was accepted on training seeds.
-ACCEPTED_OUTCOMES = frozenset({"accepted", "promoted", "not-promoted", "vetoed", "accepted and promoted"})
+ACCEPTED_OUTCOMES = ACCEPTED_STATUSES | {"accepted and promoted"}
 #: Outcomes that say nothing about the skill's worth (still pending, or the trial broke).
 NEUTRAL_OUTCOMES = frozenset({"accepted", "pending", "error", "skipped", "new", "evaluated"})
 
