@@ -29,7 +29,7 @@ from promptevo.optim.propose.induce import RuleTable
 from promptevo.tasks import load_task, make_env
 
 RENDERINGS = ["induce", "compile-vocab", "compile-slots", "compile-grammar", "compile-lines", "compile-demos",
-              "compile-fold", "compile-bind"]
+              "compile-fold", "compile-bind", "compile-key"]
 
 
 class _Game:
@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--renderings", default=",".join(RENDERINGS))
     ap.add_argument("--no-llm", action="store_true")
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".json")))
+    ap.add_argument("--episodes-out", default=None, help="folder: each rendering's episodes (replies) as JSONL")
     a = ap.parse_args()
     task = load_task(a.task)
     train = task.seed_list("train")
@@ -96,6 +97,10 @@ def main() -> None:
         results, summary = play(task, factory, probe_seeds, concurrency=1, gateway=gw)
         secs = time.perf_counter() - t0
         eps = [r.to_dict() if hasattr(r, "to_dict") else r for r in results]
+        if a.episodes_out:
+            Path(a.episodes_out).mkdir(parents=True, exist_ok=True)
+            (Path(a.episodes_out) / f"{name}.jsonl").write_text("".join(json.dumps(e, default=str) + "\n" for e in eps),
+                                                               encoding="utf-8")
         experts = {}
         for ep in eps:
             for s in label_episode(task, ep, Problems()):

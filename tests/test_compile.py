@@ -216,6 +216,29 @@ def test_a_bound_field_gets_only_the_copied_lines_own_word_from_the_grammar():
     assert "<last word>" not in grammar_fields(fields, [], VOCAB, slots=False, lines=True)[1][1]
 
 
+def test_a_flat_rendering_writes_one_condition_per_row_where_the_shape_implies_the_key():
+    from promptevo.optim.propose.induce import Split
+    from promptevo.optim.propose.render_table import Rendering, load_phrases, render_fields
+
+    split = Split("1.rest", "a ... 1 step forward", "pick up", "go forward")
+    table = RuleTable("1.last", {"forward": split, "left": "turn left", "right": "turn right"}, "go forward",
+                      "turn left")
+    how = Rendering(closed=True, explorer=Explorer("turn left"), fold=True)
+    _, nested = render_fields(table, load_phrases(), how)
+    assert '- Last word is "forward" and After the name is "1 step forward": pick up.' in nested.splitlines()
+    _, flat = render_fields(table, load_phrases(), Rendering(closed=True, explorer=Explorer("turn left"), fold=True,
+                                                             flat=True))
+    rows = flat.splitlines()
+    assert rows[0].endswith("the first row that matches gives it.")
+    assert rows.index('- After the name is "1 step forward": pick up.') + 1 == rows.index(
+        '- Last word is "forward": go forward.')
+    assert not any("Last word is" in r and "After the name is" in r for r in rows) and "otherwise" not in flat
+    # a shape that does not end with the key's value keeps both conditions (no implication to rely on)
+    odd = RuleTable("1.last", {"forward": Split("1.rest", "a ... 1 step left", "pick up", "go forward")}, "go forward")
+    _, kept = render_fields(odd, load_phrases(), Rendering(closed=True, flat=True))
+    assert '- Last word is "forward" and After the name is "1 step left": pick up.' in kept.splitlines()
+
+
 def test_thing_words_come_from_env_resets_too_and_never_from_a_missions_verb():
     from types import SimpleNamespace as S
 
@@ -301,7 +324,8 @@ def test_demonstrations_cover_every_row_of_the_table(goto_fit):
                                                ("compile-demos", "induced-examples"),
                                                ("compile-lines", "answer-grammar"),
                                                ("compile-fold", "answer-grammar"),
-                                               ("compile-bind", "answer-grammar")])
+                                               ("compile-bind", "answer-grammar"),
+                                               ("compile-key", "answer-grammar")])
 def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported(tmp_path, operator, segment):
     cfg = config(tmp_path, agent="robust-cot", init="plain", operators=[operator], generations=1, children=1,
                  episodes=8, evidence_episodes=4, validation_episodes=12, test_episodes=6, expert_episodes=12,
@@ -315,11 +339,12 @@ def test_compile_operator_child_carries_its_rendering_and_compliance_is_reported
     assert system.get("induced-rule") and system.get(segment)
     comp = res.report.get("compliance") or {}
     assert comp, "report.json has a compliance section"
-    if operator in ("compile-lines", "compile-fold", "compile-bind"):
+    if operator in ("compile-lines", "compile-fold", "compile-bind", "compile-key"):
         assert "<line>" in system.get("answer-grammar")
-    if operator in ("compile-fold", "compile-bind"):
+    if operator in ("compile-fold", "compile-bind", "compile-key"):
         assert "(if none)" in system.get("answer-grammar")
-    assert ("<last word>" in (system.get("answer-grammar") or "")) == (operator == "compile-bind")
+    assert ("<last word>" in (system.get("answer-grammar") or "")) == (operator in ("compile-bind", "compile-key"))
+    assert c1.source["induce"]["rendering"]["flat"] == (operator == "compile-key")
     cost = res.report["cost_per_call"]
     assert cost["initial"]["calls"] > 0 and cost["best"]["tokens_per_call"] > 0 and cost["limit"] == 1.5
 

@@ -6,7 +6,7 @@ and the refit checked against its parent's table by simulation with the program 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
@@ -157,7 +157,7 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
         ctx.log.append(f"{operator}: {record.get('reason') or 'no induced table'}; no child")
         return []
     phrases = load_phrases()
-    how = Rendering(how.closed, how.slots, explorer, how.none_first, how.fold)
+    how = replace(how, explorer=explorer)
     fields, rule = render_fields(ind.table, phrases, how)
     if how.fold and not any(f.fold for f in fields):
         ctx.log.append(f"{operator}: the 'no line' rule ({explorer.describe() if explorer else 'none'}) is not one "
@@ -210,7 +210,7 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
     rec = dict(record)
     rec.update({"rule": rule, "format": fmt, "rendering": {"closed": how.closed, "slots": how.slots,
                                                            "grammar": grammar, "lines": lines, "demos": demos,
-                                                           "fold": how.fold, "bind": bind},
+                                                           "fold": how.fold, "bind": bind, "flat": how.flat},
                 "reply_tokens": {"longest_answer": need, "cap": cap},
                 "fields": [{"label": f.label, "values": f.values, "feature": f.feature, "test": f.test,
                             "after": f.after, "fold": f.fold} for f in fields]})

@@ -56,6 +56,7 @@ BUILTIN: dict[str, str] = {
     "compile-demos": "promptevo.optim.propose.compile_demos",
     "compile-fold": "promptevo.optim.propose.compile_fold",
     "compile-bind": "promptevo.optim.propose.compile_bind",
+    "compile-key": "promptevo.optim.propose.compile_key",
     "compile-paraphrase": "promptevo.optim.propose.compile_paraphrase",
     # not chosen with --operators: --skills adds library skills, pruning generations use the pruner
     "skills": "promptevo.optim.propose.skills",

@@ -65,6 +65,9 @@ class Rendering:
     #: value whose row gives the explorer's action ("Last word: left"), so the agent does one lookup for every
     #: state (a constant explorer only; the grammar writes that value after a "none" line)
     fold: bool = False
+    #: one condition per row where a shape test implies the key's value ("After the name is "1 step
+    #: forward": pick up." before "Last word is "forward": go forward."), the first matching row applies
+    flat: bool = False
 
 
 @dataclass
@@ -165,15 +168,26 @@ def render_fields(table: RuleTable, phrases: dict, how: Rendering = Rendering())
             return phrases["rule"]["test"].format(label=_label(feature, phrases, multi, "test_label"), pattern=value)
         return phrases["rule"]["is"].format(label=_label(feature, phrases, multi), value=value)
 
+    def implies(b: Split, values: list[str]) -> bool:
+        """The shape test can only hold where the key has its one value (the shape "a ... 1 step forward"
+        ends with the key's last word "forward"), so its row needs no key condition."""
+        kind = table.root.split(".", 1)[1]
+        words = after(b.value).split() if after_form(b.feature) else []
+        return len(values) == 1 and bool(words) and (
+            (kind == "last" and words[-1] == values[0]) or (kind == "first" and words[0] == values[0]))
+
     r = phrases["rule"]
     groups: dict[str | Split, list[str]] = {}
     for v, b in table.branches.items():
         groups.setdefault(b, []).append(v)
-    lines = [r["intro"]]
+    lines = [r["intro_first"] if how.flat and "intro_first" in r else r["intro"]]
     for b, values in groups.items():
         either = r["or"].join(cond(table.root, v) for v in values)
         if isinstance(b, str):
             lines.append(r["case"].format(cond=either, action=b))
+        elif how.flat and implies(b, values):
+            lines.append(r["case"].format(cond=cond(b.feature, b.value), action=b.yes))
+            lines.append(r["case"].format(cond=either, action=b.no))
         else:
             lines.append(r["case"].format(cond=r["and"].join([either, cond(b.feature, b.value)]), action=b.yes))
             lines.append(r["case"].format(cond=r["otherwise"].format(cond=either), action=b.no))
