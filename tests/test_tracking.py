@@ -152,15 +152,16 @@ def test_logging_error_later_is_one_warning_and_close_marks_failed(store, tracke
             seen.append((kind, data))
 
     emit = Emitter([tracker, Recorder()])
-    emit("run_start", config={"task": "scripted-pickup", "run": "broken"})
+    emit("run_start", run_dir=str(store / "results" / "broken"), config={"task": "scripted-pickup", "run": "broken"})
     run_id = tracker.run_id
 
     def fail(*a, **k):
         raise ConnectionError("server went away")
 
     monkeypatch.setattr(tracker.client, "log_batch", fail)
-    emit("generation_end", generation=1, usage={}, best_validation="3/4 (75%)")  # raises inside: dropped
-    emit("generation_end", generation=2, usage={})  # not called again
+    emit("generation_end", generation=1, generations=2, best="c0", usage={},
+         best_validation="3/4 (75%)")  # raises inside: dropped
+    emit("generation_end", generation=2, generations=2, best="c0", usage={})  # not called again
     warnings = [d["message"] for k, d in seen if k == "warning"]
     assert len(warnings) == 1 and "MLflowTracker stopped following the run" in warnings[0]
     assert "server went away" in warnings[0]

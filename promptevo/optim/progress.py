@@ -14,9 +14,25 @@ import sys
 import threading
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import IO, Any
 
 from promptevo.optim.config import OptimizeConfig
+from promptevo.optim.events import (
+    CandidateVerdict,
+    EpisodeDone,
+    Event,
+    Final,
+    GateVerdict,
+    GenerationEnd,
+    GenerationStart,
+    Note,
+    Phase,
+    RunEnd,
+    RunStart,
+    RunWarning,
+    make_event,
+)
 from promptevo.safetext import strip_control
 
 
@@ -36,40 +52,38 @@ def _dur(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def format_line(kind: str, d: dict[str, Any]) -> str | None:
+def format_line(kind: str, d: Mapping[str, Any]) -> str | None:
     """The plain line for an event (None for events that get no line), without control sequences (an
     LLM's text in a warning must not drive the terminal)."""
-    line = _line_of(kind, d)
+    line = _line_of(make_event(kind, d))
     return None if line is None else strip_control(line)
 
 
-def _line_of(kind: str, d: dict[str, Any]) -> str | None:
-    g = d.get("generation")
+def _line_of(e: Event) -> str | None:
+    g = getattr(e, "generation", None)
     tag = f"[gen {g}] " if g is not None else ""
-    if kind == "run_start":
-        cfg = d.get("config") or {}
-        sp = d.get("splits") or {}
-        return (f"run {d.get('run_dir')} | task {cfg.get('task')} | agent {cfg.get('agent')} | model {cfg.get('model')}"
+    if isinstance(e, RunStart):
+        cfg, sp = e.config or {}, e.splits or {}
+        return (f"run {e.run_dir} | task {cfg.get('task')} | agent {cfg.get('agent')} | model {cfg.get('model')}"
                 f" | splits: validation {sp.get('validation', 0)}, test {sp.get('test', 0)} seeds"
-                + (" | resumed" if d.get("resumed") else ""))
-    if kind == "candidate":
-        return (f"{tag}{d['id']} {d.get('edit') or d.get('operator')} [{d.get('operator')}]: {d['status']} "
-                f"({d.get('reason')})")
-    if kind == "gate":
-        return (f"{tag}validation gate {d['id']} {d.get('child')} vs {d['against']} {d.get('best')}: "
-                f"{'PROMOTED' if d['promoted'] else 'not promoted'} ({d.get('reason')})")
-    if kind == "generation_end":
-        u = d.get("usage") or {}
-        return (f"{tag}done: {d.get('children')} children, {d.get('accepted')} accepted, "
-                f"{'1 promoted' if d.get('promoted') else '0 promoted'} | best {d.get('best')} validation "
-                f"{d.get('best_validation')} | {d.get('episodes')} episodes | {u.get('tokens', 0):,} tokens | "
-                f"${u.get('cost', 0.0):.4f} | {_dur(d.get('elapsed_s', 0))}")
-    if kind in ("note", "warning"):
-        return f"{tag}{d.get('message')}"
-    if kind == "final":
-        return d.get("table")
-    if kind == "run_end":
-        return f"finished: {d.get('stop_reason')} | results in {d.get('run_dir')}"
+                + (" | resumed" if e.resumed else ""))
+    if isinstance(e, CandidateVerdict):
+        return f"{tag}{e.id} {e.edit or e.operator} [{e.operator}]: {e.status} ({e.reason})"
+    if isinstance(e, GateVerdict):
+        return (f"{tag}validation gate {e.id} {e.child} vs {e.against} {e.best}: "
+                f"{'PROMOTED' if e.promoted else 'not promoted'} ({e.reason})")
+    if isinstance(e, GenerationEnd):
+        u = e.usage or {}
+        return (f"{tag}done: {e.children} children, {e.accepted} accepted, "
+                f"{'1 promoted' if e.promoted else '0 promoted'} | best {e.best} validation "
+                f"{e.best_validation} | {e.episodes} episodes | {u.get('tokens', 0):,} tokens | "
+                f"${u.get('cost', 0.0):.4f} | {_dur(e.elapsed_s or 0)}")
+    if isinstance(e, (Note, RunWarning)):
+        return f"{tag}{e.message}"
+    if isinstance(e, Final):
+        return e.table
+    if isinstance(e, RunEnd):
+        return f"finished: {e.stop_reason} | results in {e.run_dir}"
     return None
 
 
@@ -83,13 +97,13 @@ class Tally:
         self.planned = planned_episodes(cfg) if cfg is not None else 0
         self.calls = 0
 
-    def on_event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "episode":
+    def on_event(self, kind: str, data: Mapping[str, Any]) -> None:
+        e = make_event(kind, data)
+        if isinstance(e, EpisodeDone):
             self.done += 1
-            self.calls += int(data.get("calls") or 0)
-        usage = data.get("usage")
-        if isinstance(usage, dict) and usage.get("calls") is not None:  # every call, the optimizer's too
-            self.calls = max(self.calls, int(usage["calls"]))
+            self.calls += int(e.calls or 0)
+        elif isinstance(e, GenerationEnd) and e.usage.get("calls") is not None:  # every call, the optimizer's too
+            self.calls = max(self.calls, int(e.usage["calls"]))
 
     def left_s(self) -> float | None:
         elapsed = time.time() - self.t0
@@ -128,7 +142,7 @@ class PlainLines:
             if time.time() - self.last >= self.heartbeat_s:
                 self._print(self.tally.line())
 
-    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+    def on_event(self, kind: str, data: Mapping[str, Any]) -> None:
         if self._thread is None and self.heartbeat_s > 0:
             self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
             self._thread.start()
@@ -144,7 +158,7 @@ class RunLog:
     def __init__(self, path: Path):
         self.path = path
 
-    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+    def on_event(self, kind: str, data: Mapping[str, Any]) -> None:
         line = format_line(kind, data)
         if line:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,25 +197,26 @@ class LiveView:
         t.add_row("elapsed", _dur(elapsed), "left (estimate)", _dur(left) if left is not None else "-")
         return t
 
-    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+    def on_event(self, kind: str, data: Mapping[str, Any]) -> None:
         if not self.started:
             self.live.start()
             self.started = True
-        self.tally.on_event(kind, data)
-        if kind == "phase":
-            self.phase = data.get("text", "")
-        elif kind == "generation_start":
-            self.gen = str(data.get("generation"))
-        elif kind == "generation_end":
-            self.best = f"{data.get('best')} {data.get('best_validation')}"
-            self.usage = data.get("usage") or {}
-        elif kind == "gate" and data.get("promoted"):
-            self.best = f"{data.get('id')} {data.get('child')}"
-        line = format_line(kind, data)
+        e = make_event(kind, data)
+        self.tally.on_event(kind, e)
+        if isinstance(e, Phase):
+            self.phase = e.text
+        elif isinstance(e, GenerationStart):
+            self.gen = str(e.generation)
+        elif isinstance(e, GenerationEnd):
+            self.best = f"{e.best} {e.best_validation}"
+            self.usage = e.usage or {}
+        elif isinstance(e, GateVerdict) and e.promoted:
+            self.best = f"{e.id} {e.child}"
+        line = format_line(kind, e)
         if line:
             self.console.print(line, markup=False, highlight=False)
         self.live.refresh()
-        if kind == "run_end":
+        if isinstance(e, RunEnd):
             self.close()
 
     def close(self) -> None:

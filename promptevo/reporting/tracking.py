@@ -31,13 +31,14 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from promptevo.errors import PromptevoError
 from promptevo.fileio import write_json_atomic
 from promptevo.llm.secrets import redact, redact_url
+from promptevo.optim.events import make_event
 
 DEFAULT_DB = "mlruns.db"
 DEFAULT_ARTIFACTS = "mlruns"
@@ -157,11 +158,11 @@ class MLflowTracker:
                                 f"{redact(_one_line(e))})") from None
 
     # -- events ------------------------------------------------------------------------------------
-    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+    def on_event(self, kind: str, data: Mapping[str, Any]) -> None:
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
             with _http_limits(*_LATER):
-                handler(data)
+                handler(make_event(kind, data))  # a typed event (RunStart, GenerationEnd, ...), read as a mapping
 
     def _previous_run(self) -> Any:
         """The MLflow run this promptevo run logged to before it was resumed (same store), or None."""
