@@ -155,3 +155,27 @@ def test_an_unknown_flag_is_one_line_naming_the_closest_valid_flag():
         ap.parse_args(["--generationz", "2", "--zzzqqq"])
     msg = str(e.value)
     assert "\n" not in msg and "--generationz -> --generations" in msg and "--zzzqqq ->" not in msg
+
+
+def test_optimize_help_is_in_sections_that_each_fit_a_screen_and_grouped_flags_get_hints():
+    from promptevo.cli.optimize import build_parser
+    from promptevo.cli.parsing import UsageError
+
+    p = build_parser()
+    text = p.format_help()
+    sections: dict[str, int] = {}
+    current = None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            current = line[:-1]
+            sections[current] = 0
+        elif current is not None:
+            sections[current] += 1
+    for name in ("run", "loop sizes", "gate (promotion on validation seeds)", "screen (recorded states, before racing)",
+                 "budget and stopping", "output"):
+        assert name in sections
+    assert max(sections.values()) <= 40, sections
+    with pytest.raises(UsageError, match="--alpah -> --alpha"):
+        p.parse_args(["--alpah", "0.1"])
+    with pytest.raises(UsageError, match="--evidnce -> --evidence"):
+        p.parse_args(["--evidnce", "cards"])

@@ -32,88 +32,96 @@ def build_parser(prog: str = "promptevo optimize") -> CommandParser:
         "children on paired training seeds, promote through a statistical gate on validation seeds, and "
         "report the test split played once at the end. Writes results/<run>/.",
     )
-    a = p.add_argument
-    a("--task", "-t", help="task name (see `promptevo tasks`; required unless --resume)")
-    a("--config", metavar="FILE", help="settings from a TOML file (keys as options: validation-episodes = 40); "
+    run = p.add_argument_group("run").add_argument
+    run("--task", "-t", help="task name (see `promptevo tasks`; required unless --resume)")
+    run("--config", metavar="FILE", help="settings from a TOML file (keys as options: validation-episodes = 40); "
       "options on the command line win. Every run writes its resolved settings to results/<run>/config.toml")
-    a("--preset", choices=["quick", "standard", "thorough"], help="named run sizes: quick = 2 generations x 2 "
+    run("--preset", choices=["quick", "standard", "thorough"], help="named run sizes: quick = 2 generations x 2 "
       "children x 10 training seeds, 40 validation, 50 test seeds (for a local model: about an hour); standard = "
       "the defaults (4 x 3 x 32, 150 validation, 100 test; power 0.84 for a +20-point edit); thorough = 6 x 4 x "
       "48, 300 validation, 200 test. Explicit size options win. A new run on a local/ model without --preset "
       "gets quick")
-    a("--dry-run", action="store_true", default=None, help="print the plan (episodes per phase, LLM calls, time estimate) and exit")
-    a("--seconds-per-call", type=float, metavar="S", help="for the plan's time estimate: seconds one agent call takes "
+    run("--dry-run", action="store_true", default=None, help="print the plan (episodes per phase, LLM calls, time estimate) and exit")
+    run("--seconds-per-call", type=float, metavar="S", help="for the plan's time estimate: seconds one agent call takes "
       "(default: from earlier runs of the model under --results-dir, else a probe of 3 calls with --dry-run)")
-    a("--agent", "-a", help="agent whose prompts are optimized (default two-stage)")
-    a("--init", help="initial default prompts: plain, guided or compact (prompts/<family>/<init>/; default plain)")
-    a("--prompts", help="initial PromptSet file (.md/.json) instead of the defaults")
-    a("--history", type=int, help="naive/robust-cot: observations kept in the messages (default 16)")
-    a("--model", "-m", help="agent LLM (LiteLLM model string; default the local model)")
-    a("--api-base", help="server URL for the agent model")
-    a("--temperature", type=float, help="agent sampling temperature, 0 to 2 (default 0)")
-    a("--timeout", type=float, help="seconds one LLM call may take before it is retried (default 120; a "
+    run("--seed", type=int, help="run seed: draws the training seeds (default 0)")
+    run("--resume", metavar="RUN", help="continue results/RUN (or a run folder path) with nothing re-run")
+    agent = p.add_argument_group("agent (the prompts' player)").add_argument
+    agent("--agent", "-a", help="agent whose prompts are optimized (default two-stage)")
+    agent("--init", help="initial default prompts: plain, guided or compact (prompts/<family>/<init>/; default plain)")
+    agent("--prompts", help="initial PromptSet file (.md/.json) instead of the defaults")
+    agent("--history", type=int, help="naive/robust-cot: observations kept in the messages (default 16)")
+    agent("--model", "-m", help="agent LLM (LiteLLM model string; default the local model)")
+    agent("--api-base", help="server URL for the agent model")
+    agent("--temperature", type=float, help="agent sampling temperature, 0 to 2 (default 0)")
+    agent("--timeout", type=float, help="seconds one LLM call may take before it is retried (default 120; a "
       "retry prints one line)")
-    a("--optimizer-model", help="LLM for the analyzer and mutator (default: --model)")
-    a("--optimizer-api-base", help="server URL for the optimizer model")
-    a("--max-steps", type=int, help="cap on steps per episode (default: the env's own limit)")
-    a("--agent-max-tokens", type=int, help="max tokens per agent LLM call (default 512)")
-    a("--generations", "-g", type=int, help="generations (default 4)")
-    a("--children", "-k", type=int, help="children proposed per generation (default 3)")
-    a("--episodes", "-n", type=int, help="training seeds a child is compared on, paired (default 32)")
-    a("--evidence-episodes", type=int, help="training seeds the parent is analysed on (default 8)")
-    a("--validation-episodes", type=int, help="validation seeds of the promotion gate (default 150)")
-    a("--test-episodes", type=int, help="test seeds played once at the end (default 100)")
-    a("--fitness", "--metric", dest="fitness", choices=["success", "return", "progress", "progression"],
+    agent("--max-steps", type=int, help="cap on steps per episode (default: the env's own limit)")
+    agent("--agent-max-tokens", type=int, help="max tokens per agent LLM call (default 512)")
+    agent("--no-loop-cutoff", dest="loop_cutoff", action="store_false", default=None,
+      help="play looping episodes to the step limit instead of replaying the cycle")
+    agent("--concurrency", "-j", type=int, help="episodes in flight (default 1 for local/ models, else 4)")
+    agent("--no-cache", action="store_true", default=None, help="do not use the LLM response cache")
+    sizes = p.add_argument_group("loop sizes").add_argument
+    sizes("--generations", "-g", type=int, help="generations (default 4)")
+    sizes("--children", "-k", type=int, help="children proposed per generation (default 3)")
+    sizes("--episodes", "-n", type=int, help="training seeds a child is compared on, paired (default 32)")
+    sizes("--evidence-episodes", type=int, help="training seeds the parent is analysed on (default 8)")
+    sizes("--validation-episodes", type=int, help="validation seeds of the promotion gate (default 150)")
+    sizes("--test-episodes", type=int, help="test seeds played once at the end (default 100)")
+    sizes("--fitness", "--metric", dest="fitness", choices=["success", "return", "progress", "progression"],
       help="per-episode score the loop optimizes (default success; progress: the env's dense signal)")
-    a("--accept-rule", choices=["margin", "sign", "wilcoxon", "bootstrap", "always"],
+    race = p.add_argument_group("race (acceptance on paired training seeds)").add_argument
+    race("--accept-rule", choices=["margin", "sign", "wilcoxon", "bootstrap", "always"],
       help="training-seed acceptance of a child (default margin)")
-    a("--accept-margin", type=float, help="mean paired training difference needed (default 0)")
-    a("--promote-rule", choices=["sign", "wilcoxon", "bootstrap", "margin"],
-      help="paired test of the validation gate (default sign)")
-    a("--gate", choices=["sequential", "fixed"], help="validation gate: sequential (default: looks at 25/50/75/100%% "
-      "of the validation seeds with alpha spending, stops early in either direction) or fixed (every seed, one test)")
-    a("--promote-margin", type=float, help="with --promote-rule margin: validation mean difference needed")
-    a("--allow-negative-margins", action="store_true", default=None,
+    race("--accept-margin", type=float, help="mean paired training difference needed (default 0)")
+    race("--allow-negative-margins", action="store_true", default=None,
       help="accept a negative --accept-margin / --promote-margin (a worse child may then win)")
-    a("--max-segment-tokens", type=int, metavar="TOKENS", help="longest segment an operator may write (default: "
+    race("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
+    race("--race-alpha", type=float, help="level at which a child worse than its parent stops early (default 0.2)")
+    gate = p.add_argument_group("gate (promotion on validation seeds)").add_argument
+    gate("--promote-rule", choices=["sign", "wilcoxon", "bootstrap", "margin"],
+      help="paired test of the validation gate (default sign)")
+    gate("--gate", choices=["sequential", "fixed"], help="validation gate: sequential (default: looks at 25/50/75/100%% "
+      "of the validation seeds with alpha spending, stops early in either direction) or fixed (every seed, one test)")
+    gate("--promote-margin", type=float, help="with --promote-rule margin: validation mean difference needed")
+    gate("--alpha", type=float, help="run-wide level of the promotion tests (default 0.05)")
+    gate("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
+    operators = p.add_argument_group("operators and the optimizer LLM").add_argument
+    operators("--optimizer-model", help="LLM for the analyzer and mutator (default: --model)")
+    operators("--optimizer-api-base", help="server URL for the optimizer model")
+    operators("--max-segment-tokens", type=int, metavar="TOKENS", help="longest segment an operator may write (default: "
       "twice the parent's prompts, at least 512); a longer child is refused and counted")
-    a("--alpha", type=float, help="run-wide level of the promotion tests (default 0.05)")
-    a("--correction", choices=["bonferroni", "none"], help="split --alpha over the generations (default bonferroni)")
-    a("--no-race", dest="race", action="store_false", default=None, help="play every child on all training seeds")
-    a("--race-alpha", type=float, help="level at which a child worse than its parent stops early (default 0.2)")
-    a("--operators", type=_list, help="proposal operators, comma separated, from the operator registry: "
+    operators("--operators", type=_list, help="proposal operators, comma separated, from the operator registry: "
       + ", ".join(operator_names()) + " (default induce,mutate; `promptevo operators` says what each does; "
       "hints is the person-written library)")
-    a("--rule-samples", type=int, help="rules operator: optimizer replies per disagreement cluster (default 3)")
-    a("--screen", choices=["filter", "audit", "off"], help="replay recorded states with each child before racing: "
-      "filter drops children that fix nothing (default), audit only records the verdict")
-    a("--screen-states", type=int, help="recorded states the screen replays per child (default 24)")
-    a("--expert-episodes", type=int, help="training seeds the game's expert plays per generation for induce "
+    operators("--rule-samples", type=int, help="rules operator: optimizer replies per disagreement cluster (default 3)")
+    operators("--expert-episodes", type=int, help="training seeds the game's expert plays per generation for induce "
       "(default 20; no LLM calls)")
-    a("--hints", help="hint library file (default with --operators hints: the family's shipped library)")
-    a("--no-loop-cutoff", dest="loop_cutoff", action="store_false", default=None,
-      help="play looping episodes to the step limit instead of replaying the cycle")
-    a("--optimizer-max-tokens", type=int, help="max tokens per analyzer/mutator reply (default 2048)")
-    a("--budget-calls", type=int, dest="budget_llm_calls", help="stop after this many LLM calls")
-    a("--budget-tokens", type=int, dest="budget_tokens", help="stop after this many tokens")
-    a("--budget-dollars", type=float, dest="budget_dollars", help="stop after this much spend (USD)")
-    a("--budget-episodes", type=int, dest="budget_episodes", help="stop after this many episodes")
-    a("--max-hours", type=float, help="time limit over every resume; the final test split is still played and "
+    operators("--hints", help="hint library file (default with --operators hints: the family's shipped library)")
+    operators("--optimizer-max-tokens", type=int, help="max tokens per analyzer/mutator reply (default 2048)")
+    screen = p.add_argument_group("screen (recorded states, before racing)").add_argument
+    screen("--screen", choices=["filter", "audit", "off"], help="replay recorded states with each child before racing: "
+      "filter drops children that fix nothing (default), audit only records the verdict")
+    screen("--screen-states", type=int, help="recorded states the screen replays per child (default 24)")
+    budget = p.add_argument_group("budget and stopping").add_argument
+    budget("--budget-calls", type=int, dest="budget_llm_calls", help="stop after this many LLM calls")
+    budget("--budget-tokens", type=int, dest="budget_tokens", help="stop after this many tokens")
+    budget("--budget-dollars", type=float, dest="budget_dollars", help="stop after this much spend (USD)")
+    budget("--budget-episodes", type=int, dest="budget_episodes", help="stop after this many episodes")
+    budget("--max-hours", type=float, help="time limit over every resume; the final test split is still played and "
       "--resume with a larger limit continues")
-    a("--patience", type=int, help="stop after this many generations in a row without a promotion")
-    a("--target-success", type=float, help="stop once the best prompts' validation success rate reaches this (0-1)")
-    a("--price-in", type=float, help="USD per million prompt tokens (models without a known price)")
-    a("--price-out", type=float, help="USD per million completion tokens")
-    a("--concurrency", "-j", type=int, help="episodes in flight (default 1 for local/ models, else 4)")
-    a("--seed", type=int, help="run seed: draws the training seeds (default 0)")
-    a("--baseline", help="agent shown as baseline in the final table ('none' to skip; default robust-cot)")
-    a("--results-dir", help="where run folders go (default results)")
-    a("--run", help="run name (default <task>-<agent>-<timestamp>)")
-    a("--resume", metavar="RUN", help="continue results/RUN (or a run folder path) with nothing re-run")
-    a("--no-cache", action="store_true", default=None, help="do not use the LLM response cache")
-    a("--ablate", action="store_true", dest="ablate_best", default=None,
+    budget("--patience", type=int, help="stop after this many generations in a row without a promotion")
+    budget("--target-success", type=float, help="stop once the best prompts' validation success rate reaches this (0-1)")
+    budget("--price-in", type=float, help="USD per million prompt tokens (models without a known price)")
+    budget("--price-out", type=float, help="USD per million completion tokens")
+    output = p.add_argument_group("output").add_argument
+    output("--baseline", help="agent shown as baseline in the final table ('none' to skip; default robust-cot)")
+    output("--results-dir", help="where run folders go (default results)")
+    output("--run", help="run name (default <task>-<agent>-<timestamp>)")
+    output("--ablate", action="store_true", dest="ablate_best", default=None,
       help="at the end, measure each segment of the best prompts by removing it (validation seeds)")
-    a("--mlflow", action="store_true", default=None,
+    output("--mlflow", action="store_true", default=None,
       help="log the run to MLflow (./mlruns or MLFLOW_TRACKING_URI); needs promptevo[mlflow]")
     s = p.add_argument_group("strategies (optional; off by default)")
     s.add_argument("--evidence", choices=["raw", "cards", "auto"],
@@ -130,7 +138,7 @@ def build_parser(prog: str = "promptevo optimize") -> CommandParser:
     s.add_argument("--backtest-episodes", type=int, help="earlier seeds replayed by --backtest (default: --episodes)")
     s.add_argument("--ray", action="store_true", default=None,
                    help="play episodes as Ray tasks (also when RAY_ADDRESS is set); needs promptevo[ray]")
-    a("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument_group("display").add_argument("--quiet", "-q", action="store_true", help="no progress display")
     return p
 
 

@@ -27,6 +27,18 @@ class CommandParser(argparse.ArgumentParser):
         self.option_names += [n for n in names if isinstance(n, str) and n.startswith("--")]
         return super().add_argument(*names, **kwargs)
 
+    def add_argument_group(self, *args, **kwargs):
+        """A help section whose options count for "did you mean" like the parser's own."""
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def recorded(*names, **kw):
+            self.option_names += [n for n in names if isinstance(n, str) and n.startswith("--")]
+            return add(*names, **kw)
+
+        group.add_argument = recorded  # type: ignore[method-assign]
+        return group
+
     def closest(self, flag: str) -> str | None:
         """The valid flag nearest to ``flag`` (``--no-live`` -> ``--live``), or None."""
         name = flag.split("=", 1)[0]
