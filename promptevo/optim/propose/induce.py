@@ -102,14 +102,14 @@ class RuleTable:
         return cls(str(d["root"]), branches, str(d["default"]), d.get("none"))
 
 
-def _majority(actions: Sequence[str]) -> str:
+def majority_action(actions: Sequence[str]) -> str:
     counts = Counter(actions)
     return max(sorted(counts), key=lambda a: counts[a])
 
 
 def _build(rows: Sequence[Row], root: str, splits: dict[str, tuple[str, str]], min_support: int) -> RuleTable:
     """Fit the table of a given structure (root feature, per-value split tests) to ``rows``."""
-    default = _majority([a for _, a in rows])
+    default = majority_action([a for _, a in rows])
     by_value: dict[str, list[Row]] = defaultdict(list)
     for f, a in rows:
         by_value[f.get(root, NONE)].append((f, a))
@@ -117,12 +117,12 @@ def _build(rows: Sequence[Row], root: str, splits: dict[str, tuple[str, str]], m
     for v, members in sorted(by_value.items()):
         if len(members) < min_support:
             continue
-        act = _majority([a for _, a in members])
+        act = majority_action([a for _, a in members])
         if v in splits:
             g, w = splits[v]
             yes = [a for f, a in members if f.get(g, NONE) == w]
             no = [a for f, a in members if f.get(g, NONE) != w]
-            branches[v] = Split(g, w, _majority(yes) if yes else act, _majority(no) if no else act)
+            branches[v] = Split(g, w, majority_action(yes) if yes else act, majority_action(no) if no else act)
         else:
             branches[v] = act
     return RuleTable(root, branches, default)
@@ -203,7 +203,7 @@ def fit_table(rows: Sequence[Row], seeds: Sequence[int], *, min_support: int = 2
     names = sorted({k for f, _ in rows for k in f})
     candidates = [n for n in names if len({f.get(n, NONE) for f, _ in rows}) > 1]
     if not candidates:
-        return RuleTable(names[0] if names else "1.line", {}, _majority([a for _, a in rows]))
+        return RuleTable(names[0] if names else "1.line", {}, majority_action([a for _, a in rows]))
     models = []
     for root in candidates:
         score, splits = _grow(rows, seeds, root, candidates, min_support, max_splits)
@@ -248,16 +248,22 @@ def _heldout(seed: int) -> bool:
     return int(hashlib.sha256(f"heldout:{seed}".encode()).hexdigest(), 16) % 100 < HOLDOUT_SHARE * 100
 
 
+def distinct_states(states: Sequence[LabelledState]) -> list[LabelledState]:
+    """``states`` without repeats (same mission, observation and expert action), first kept, in order."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for s in states:
+        if (s.mission, s.observation, s.expert) not in seen:
+            seen.add((s.mission, s.observation, s.expert))
+            out.append(s)
+    return out
+
+
 def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, min_fit: int = MIN_FIT,
            min_heldout: int = MIN_HELDOUT, min_gain: float = MIN_GAIN, min_support: int = 2) -> Induction:
     """Fit and measure a rule table on expert-labelled states (distinct by mission, observation and
     expert action)."""
-    seen: set[tuple[str, str, str]] = set()
-    uniq = []
-    for s in states:
-        if (s.mission, s.observation, s.expert) not in seen:
-            seen.add((s.mission, s.observation, s.expert))
-            uniq.append(s)
+    uniq = distinct_states(states)
     if not uniq:
         return Induction(reason="no expert-labelled states")
     vocab = vocab or vocabulary(s.observation for s in uniq)
@@ -276,12 +282,12 @@ def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, 
                       f"{len(held)} held out; need {min_fit} and {min_heldout})")
         return out
     probe = fit_table([(f, a) for f, a, _ in fit], [sd for *_, sd in fit], min_support=min_support)
-    out.majority_action = _majority([a for _, a, _ in fit])
+    out.majority_action = majority_action([a for _, a, _ in fit])
     out.accuracy = round(_accuracy(probe, [(f, a) for f, a, _ in held]), 4)
     out.majority = round(sum(a == out.majority_action for _, a, _ in held) / len(held), 4)
     table = fit_table([(f, a) for f, a, _ in rows], [sd for *_, sd in rows], min_support=min_support)
     if left:
-        table.none_action = _majority([a for a, _ in left])
+        table.none_action = majority_action([a for a, _ in left])
         out.none_accuracy = round(sum(a == table.none_action for a, _ in left) / len(left), 4)
     out.table = table
     if out.accuracy < out.majority + min_gain:
@@ -291,5 +297,5 @@ def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, 
     return out
 
 
-__all__ = ["InduceError", "Induction", "MIN_FIT", "MIN_GAIN", "MIN_HELDOUT", "RuleTable", "Split",
+__all__ = ["InduceError", "Induction", "MIN_FIT", "MIN_GAIN", "MIN_HELDOUT", "RuleTable", "Split", "distinct_states", "majority_action",
            "complexity", "fit_table", "induce"]

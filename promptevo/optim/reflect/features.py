@@ -59,6 +59,8 @@ class Vocabulary:
 
     line_words: frozenset[str]
     structural: frozenset[str]
+    #: words seen only as a line's first word ("you" of "You carry a ..."): never a thing's name
+    leading: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict:
         return {"structural": sorted(self.structural), "line_words": len(self.line_words)}
@@ -72,19 +74,24 @@ class Vocabulary:
 def vocabulary(observations: Iterable[str], *, share: float = STRUCTURAL_SHARE) -> Vocabulary:
     """The vocabulary of a set of observations (each line counted once per observation)."""
     counts: Counter[str] = Counter()
+    heads: set[str] = set()
+    inner: set[str] = set()
     n_lines = 0
     for obs in observations:
         for line in observation_lines(obs):
             n_lines += 1
-            counts.update(set(tokens(line)))
+            toks = tokens(line)
+            counts.update(set(toks))
+            heads.update(toks[:1])
+            inner.update(toks[1:])
     structural = {w for w, c in counts.items() if n_lines and c / n_lines >= share}
-    return Vocabulary(frozenset(counts), frozenset(structural))
+    return Vocabulary(frozenset(counts), frozenset(structural), frozenset(heads - inner - structural))
 
 
 def mission_slots(mission: str, vocab: Vocabulary) -> list[tuple[str, ...]]:
     """The things a mission names, in order: maximal runs of mission words that lines use, trimmed of
     structural words at both ends (a run of structural words only keeps its last word, when every line
-    names the thing); duplicates dropped."""
+    names the thing); duplicates and runs of leading words only ("after you pick up": "you") dropped."""
     out: list[tuple[str, ...]] = []
     run: list[str] = []
 
@@ -95,7 +102,7 @@ def mission_slots(mission: str, vocab: Vocabulary) -> list[tuple[str, ...]]:
         while run and run[-1] in vocab.structural:
             run.pop()
         thing = tuple(run) or tuple(w for w in last if len(w) > 2)  # all structural: the run's head word
-        if thing and thing not in out:
+        if thing and thing not in out and not all(w in vocab.leading for w in thing):
             out.append(thing)
         run.clear()
 
@@ -108,7 +115,8 @@ def mission_slots(mission: str, vocab: Vocabulary) -> list[tuple[str, ...]]:
     return out[:MAX_SLOTS]
 
 
-def _find(seq: Sequence[str], sub: Sequence[str]) -> int:
+def find(seq: Sequence[str], sub: Sequence[str]) -> int:
+    """Where the run ``sub`` starts in ``seq`` (-1: nowhere)."""
     n = len(sub)
     for i in range(len(seq) - n + 1):
         if tuple(seq[i:i + n]) == tuple(sub):
@@ -121,10 +129,29 @@ def slot_lines(observation: str, thing: Sequence[str]) -> list[tuple[str, list[s
     out = []
     for line in observation_lines(observation):
         toks = tokens(line)
-        at = _find(toks, thing)
+        at = find(toks, thing)
         if at >= 0:
             out.append((line, toks, at))
     return out
+
+
+def thing_features(observation: str, thing: Sequence[str], prefix: str) -> dict[str, str]:
+    """The features of the first observation line naming ``thing``, named ``<prefix>.<feature>``; only
+    ``<prefix>.line = none`` when no line names it."""
+    found = slot_lines(observation, thing)
+    if not found:
+        return {f"{prefix}.line": NONE}
+    _, toks, at = found[0]
+    end = at + len(thing)
+    return {
+        f"{prefix}.line": "yes",
+        f"{prefix}.first": toks[0],
+        f"{prefix}.last": toks[-1],
+        f"{prefix}.before": toks[at - 1] if at > 0 else "-",
+        f"{prefix}.after": toks[end] if end < len(toks) else "-",
+        f"{prefix}.rest": " ".join(toks[:at] + [PLACEHOLDER] + toks[end:]),
+        f"{prefix}.count": "1" if len(found) == 1 else "2+",
+    }
 
 
 def state_features(observation: str, mission: str, vocab: Vocabulary) -> dict[str, str]:
@@ -132,21 +159,7 @@ def state_features(observation: str, mission: str, vocab: Vocabulary) -> dict[st
     ``<slot>.line = none``."""
     feats: dict[str, str] = {}
     for k, thing in enumerate(mission_slots(mission, vocab), 1):
-        found = slot_lines(observation, thing)
-        if not found:
-            feats[f"{k}.line"] = NONE
-            continue
-        _, toks, at = found[0]
-        end = at + len(thing)
-        feats.update({
-            f"{k}.line": "yes",
-            f"{k}.first": toks[0],
-            f"{k}.last": toks[-1],
-            f"{k}.before": toks[at - 1] if at > 0 else "-",
-            f"{k}.after": toks[end] if end < len(toks) else "-",
-            f"{k}.rest": " ".join(toks[:at] + [PLACEHOLDER] + toks[end:]),
-            f"{k}.count": "1" if len(found) == 1 else "2+",
-        })
+        feats.update(thing_features(observation, thing, str(k)))
     return feats
 
 
@@ -170,7 +183,7 @@ def anonymise(line: str, mission: str, vocab: Vocabulary) -> str:
     small model carries the shape of a line, not one instance's names)."""
     toks = tokens(line)
     for thing in mission_slots(mission, vocab):
-        at = _find(toks, thing)
+        at = find(toks, thing)
         if at >= 0:
             toks = toks[:at] + [PLACEHOLDER] + toks[at + len(thing):]
     return " ".join(toks)
@@ -196,6 +209,6 @@ def thing_words(states: Sequence[Any], vocab: Vocabulary) -> set[str]:
     return words | extra
 
 
-__all__ = ["FEATURES", "NONE", "PLACEHOLDER", "Vocabulary", "anonymise", "defined", "mission_slots",
-           "observation_lines", "relevant_lines", "slot_lines", "state_features", "thing_words", "tokens",
+__all__ = ["FEATURES", "NONE", "PLACEHOLDER", "Vocabulary", "anonymise", "defined", "find", "mission_slots",
+           "observation_lines", "relevant_lines", "slot_lines", "state_features", "thing_features", "thing_words", "tokens",
            "vocabulary"]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from promptevo.optim.reflect.expert import LabelledState
 from promptevo.optim.reflect.features import Vocabulary, defined, state_features
 
 #: an explorer within this share of the best candidate's success is preferred when simpler
@@ -29,34 +30,53 @@ class Table(Protocol):
     def predict(self, feats: dict[str, str]) -> str | None: ...
 
 
+#: what a table reads from a state: ``(observation, mission, vocabulary) -> features``
+Featurizer = Callable[[str, str, Vocabulary], dict[str, str]]
+
+
+def featurizer(table: Any) -> Featurizer:
+    """The table's own feature function (a phase-rooted table reads phase features), else
+    :func:`~promptevo.optim.reflect.features.state_features`."""
+    return getattr(table, "featurize", None) or state_features
+
+
 @dataclass(frozen=True)
 class Explorer:
     """What to do where no line names the mission's things: ``action``; with ``turns`` > 0, after
-    ``turns`` such steps in a row, ``then`` once (and the count starts again)."""
+    ``turns`` such steps in a row, ``then`` once (and the count starts again); with ``at`` (a near
+    position of :mod:`promptevo.optim.reflect.phases`), ``then`` whenever some line is at ``at``."""
 
     action: str
     turns: int = 0
     then: str | None = None
+    at: str | None = None
 
-    def decide(self, streak: int) -> str:
+    def decide(self, streak: int, feats: dict[str, str] | None = None) -> str:
+        if self.at and self.then:
+            return self.then if (feats or {}).get(f"at:{self.at}", "-") != "-" else self.action
         if self.turns and self.then and streak >= self.turns:
             return self.then
         return self.action
 
     @property
     def complexity(self) -> int:
-        return 1 if not self.turns else 2
+        return 1 if not (self.turns or self.at) else 2
 
     def to_dict(self) -> dict:
-        return {"action": self.action, "turns": self.turns, "then": self.then}
+        d = {"action": self.action, "turns": self.turns, "then": self.then}
+        if self.at:
+            d["at"] = self.at
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Explorer | None":
         if not d or not d.get("action"):
             return None
-        return cls(str(d["action"]), int(d.get("turns") or 0), d.get("then"))
+        return cls(str(d["action"]), int(d.get("turns") or 0), d.get("then"), d.get("at"))
 
     def describe(self) -> str:
+        if self.at:
+            return f"{self.action}; when something is {self.at}, {self.then}"
         if not self.turns:
             return self.action
         return f"{self.action} up to {self.turns} times in a row, then {self.then}"
@@ -65,24 +85,33 @@ class Explorer:
 def decide(table: Table, explorer: Explorer | None, observation: str, mission: str, vocab: Vocabulary,
            streak: int) -> tuple[str | None, bool]:
     """(the rule's action in this state, whether the explorer decided it)."""
-    feats = state_features(observation, mission, vocab)
+    feats = featurizer(table)(observation, mission, vocab)
     if defined(feats) or explorer is None:
         return table.predict(feats), False
-    return explorer.decide(streak), True
+    return explorer.decide(streak, feats), True
 
 
 def play_episode(env: Any, seed: int, table: Table, explorer: Explorer | None, vocab: Vocabulary,
-                 max_steps: int | None = None) -> dict:
+                 max_steps: int | None = None, *, label: bool = False) -> dict:
     """One episode of the follower: ``{seed, success, steps, explored}`` (``explored``: steps the explorer
-    decided)."""
+    decided); with ``label``, also ``states``: every state it met with the expert's action there (a state
+    the expert cannot plan is left out)."""
     obs, info = env.reset(int(seed))
     mission = str(info.get("mission") or env.mission)
     limit = env.max_steps if max_steps is None else min(env.max_steps, max_steps)
     streak = explored = 0
     success = False
     t = 0
+    states: list[LabelledState] = []
     for t in range(1, limit + 1):
         action, by_explorer = decide(table, explorer, obs, mission, vocab, streak)
+        if label:
+            try:
+                expert = env.expert_action()
+            except Exception:  # noqa: BLE001 - an expert that cannot plan this state labels nothing
+                expert = None
+            if isinstance(expert, str) and expert:
+                states.append(LabelledState(int(seed), t - 1, mission, obs, expert, agent=action))
         if by_explorer:
             explored += 1
             streak = 0 if (explorer and explorer.turns and streak >= explorer.turns) else streak + 1
@@ -93,17 +122,21 @@ def play_episode(env: Any, seed: int, table: Table, explorer: Explorer | None, v
         if step.done:
             success = bool(step.info.get("success", step.reward > 0)) if step.terminated else False
             break
-    return {"seed": int(seed), "success": success, "steps": t, "explored": explored}
+    out = {"seed": int(seed), "success": success, "steps": t, "explored": explored}
+    if label:
+        out["states"] = states
+    return out
 
 
 def play(task: Any, table: Table, explorer: Explorer | None, vocab: Vocabulary, seeds: Sequence[int], *,
-         env_factory: Callable[[Any], Any]) -> list[dict]:
-    """The follower on ``seeds`` (one fresh env each)."""
+         env_factory: Callable[[Any], Any], label: bool = False) -> list[dict]:
+    """The follower on ``seeds`` (one fresh env each); ``label``: see :func:`play_episode`."""
     out = []
     for s in seeds:
         env = env_factory(task)
         try:
-            out.append(play_episode(env, int(s), table, explorer, vocab, getattr(task, "max_steps", None)))
+            out.append(play_episode(env, int(s), table, explorer, vocab, getattr(task, "max_steps", None),
+                                    label=label))
         finally:
             env.close()
     return out
@@ -113,31 +146,73 @@ def success_rate(rows: Sequence[dict]) -> float:
     return sum(bool(r["success"]) for r in rows) / len(rows) if rows else 0.0
 
 
-def candidates(actions: Sequence[str], best: Sequence[str]) -> list[Explorer]:
-    """Constant explorers for every action, then "A up to k times, then B" for ordered pairs of ``best``."""
+def candidates(actions: Sequence[str], best: Sequence[str], near: Sequence[str] = ()) -> list[Explorer]:
+    """Constant explorers for every action, then "A up to k times, then B" for ordered pairs of ``best``,
+    and "A; when something is at p, B" for each near position ``p``."""
     out = [Explorer(a) for a in actions]
     for a in best:
         for b in best:
             if a != b:
-                out += [Explorer(a, k, b) for k in EXPLORER_TURNS]
+                out += [Explorer(a, k, b) for k in EXPLORER_TURNS] + [Explorer(a, 0, b, p) for p in near]
     return out
 
 
 def choose_explorer(task: Any, table: Table, vocab: Vocabulary, actions: Sequence[str], seeds: Sequence[int], *,
-                    env_factory: Callable[[Any], Any], tolerance: float = EXPLORER_TOLERANCE) -> tuple[Explorer, list[dict]]:
+                    env_factory: Callable[[Any], Any], tolerance: float = EXPLORER_TOLERANCE,
+                    best: int = 2) -> tuple[Explorer, list[dict]]:
     """The "no line" rule chosen by simulation on ``seeds``: every constant first, then two-step explorers
-    built from the two best constants; returns (the simplest within ``tolerance`` of the best, every
-    candidate's score)."""
+    built from the ``best`` best constants (and, for a table with near positions, "A; when something is
+    at p, B"); returns (the simplest within ``tolerance`` of the best, every candidate's score)."""
     scores: list[tuple[float, Explorer]] = []
     for e in candidates(actions, []):
         scores.append((success_rate(play(task, table, e, vocab, seeds, env_factory=env_factory)), e))
-    best2 = [e.action for _, e in sorted(scores, key=lambda x: -x[0])[:2]]
-    for e in candidates([], best2):
+    top_k = [e.action for _, e in sorted(scores, key=lambda x: -x[0])[:best]]
+    for e in candidates([], top_k, tuple(getattr(table, "near", ()))):
         scores.append((success_rate(play(task, table, e, vocab, seeds, env_factory=env_factory)), e))
     top = max(s for s, _ in scores)
     chosen = min((x for x in scores if x[0] >= top - tolerance), key=lambda x: (x[1].complexity, -x[0]))[1]
     return chosen, [{"explorer": e.describe(), "success": round(s, 4), "n": len(seeds)} for s, e in scores]
 
 
-__all__ = ["EXPLORER_TOLERANCE", "Explorer", "candidates", "choose_explorer", "decide", "play", "play_episode",
+
+
+
+@dataclass
+class Refined:
+    """What :func:`refine` ends with: the table, its vocabulary and explorer, the follower's training
+    success per round, and the number of states fitted."""
+
+    table: Any
+    vocab: Vocabulary
+    explorer: Explorer
+    explorer_scores: list[dict]
+    rounds: list[dict]
+    states: int
+
+
+def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabulary]],
+           states: Sequence[LabelledState], actions: Sequence[str], seeds: Sequence[int], *,
+           env_factory: Callable[[Any], Any], rounds: int = 2, best: int = 3) -> Refined:
+    """Fit a table to ``states``, then ``rounds`` times: choose its explorer on ``seeds``, let the
+    follower play them with the expert labelling every state it meets, and fit again on all states so
+    far (dataset aggregation: the table learns the states its own mistakes lead to, which the expert's
+    episodes never show). Stops early once the follower solves every seed; the last fit's explorer is
+    chosen again at the end. ``fit(states) -> (table, vocabulary)``."""
+    pool = list(states)
+    log: list[dict] = []
+    table, vocab = fit(pool)
+    for r in range(rounds):
+        explorer, _ = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best)
+        rows = play(task, table, explorer, vocab, seeds, env_factory=env_factory, label=True)
+        log.append({"round": r, "states": len(pool), "success": round(success_rate(rows), 4), "n": len(rows)})
+        if all(x["success"] for x in rows):
+            break
+        pool += [s for x in rows for s in x["states"]]
+        table, vocab = fit(pool)
+    explorer, scores = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best)
+    return Refined(table, vocab, explorer, scores, log, len(pool))
+
+
+__all__ = ["EXPLORER_TOLERANCE", "Explorer", "Featurizer", "Refined", "candidates", "choose_explorer", "decide", "featurizer",
+           "play", "play_episode", "refine",
            "success_rate"]

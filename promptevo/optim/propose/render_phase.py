@@ -1,0 +1,154 @@
+"""How a phase-rooted rule (:class:`~promptevo.optim.propose.induce_phase.PhasedTable`) is written into a
+prompt: the agent writes what it carries first, then which thing is its target, then the target's line
+and the fields the phase tables read, and the rule gives one block of rows per phase.
+
+The template phrases are generic (``[phase]`` and ``[fields.*]`` of ``prompts/optimizer/induce.toml``);
+every value, word and action comes from the fitted rule. The mission's things are named per episode
+(``{slot1}``, ``{slot2}``, filled from the episode's mission alone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from promptevo.optim.propose.induce import RuleTable, Split
+from promptevo.optim.propose.induce_phase import PhasedTable
+from promptevo.optim.reflect.features import NONE, PLACEHOLDER
+from promptevo.optim.reflect.follower import Explorer
+from promptevo.optim.reflect.phases import NOTHING, OTHER
+
+#: the values of an ``at:<position>`` field as the agent writes them (the phrase file's ``at_values``)
+_AT = {"a": 0, OTHER: 1, NOTHING: 2}
+
+
+@dataclass
+class PhaseField:
+    """One answer field of a phased rendering: label, the text asking for it, its feature (``carry``,
+    ``target``, ``a.line``, ``a.last``, ``at:<position>`` ...) and its closed values (None: free text)."""
+
+    label: str
+    ask: str
+    feature: str
+    values: list[str] | None = None
+
+
+def _after(pattern: str) -> str:
+    parts = pattern.split(PLACEHOLDER, 1)
+    return parts[1].strip() if len(parts) == 2 else pattern
+
+
+def _features(table: PhasedTable) -> list[str]:
+    used: list[str] = []
+    for p, t in sorted(table.tables.items()):
+        used += t.features()
+        used += [f"at:{g.position}" for g in table.guards.get(p, ())]
+    return [f for f in dict.fromkeys(used) if f != "a.line"]
+
+
+def at_value(phrases: dict, raw: str) -> str:
+    """How the agent writes an ``at:`` feature's value (``a`` -> "target" ...)."""
+    return phrases["phase"]["at_values"][_AT.get(raw, 2)]
+
+
+def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2) -> tuple[list[PhaseField], str]:
+    """(the answer fields in order, the rule text)."""
+    ph, fl, r = phrases["phase"], phrases["fields"], phrases["rule"]
+    first, second = "{slot1}", "{slot2}" if slot_count > 1 else "{slot1}"
+    if table.fetch is not None:
+        thing = " ".join(table.fetch.own)
+        first = ph["fetch"].format(own=thing, slot="{slot1}") if table.fetch.offset is not None else f"a {thing}"
+        second = "{slot1}"
+    carry = ph["carry_label"]
+    target = ph["target_label"]
+    fields = [PhaseField(carry, ph["carry_ask"].format(label=carry), "carry")]
+    if table.order.word:
+        ask = ph["target_ask_order"].format(label=target, word=table.order.word, first=first, second=second, carry=carry)
+    else:
+        ask = ph["target_ask"].format(label=target, first=first, second=second, carry=carry)
+    fields.append(PhaseField(target, ask, "target"))
+    line = fl["line"]["label"]
+    fields.append(PhaseField(line, ph["line_ask"].format(label=line, target=target), "a.line"))
+    labels: dict[str, str] = {}
+    for f in _features(table):
+        if f.startswith("at:"):
+            pos = f[3:]
+            label = ph["at_label"].format(position=pos)
+            vals = list(ph["at_values"])
+            fields.append(PhaseField(label, ph["at_ask"].format(label=label, target=target, position=pos), f, vals))
+        else:
+            kind = f.split(".", 1)[1]
+            label = fl[kind]["label"] if kind != "rest" else fl["rest"]["after_label"]
+            vals = _values(table, f)
+            ask = phrases["format"]["closed"].format(label=label, values=phrases["format"]["or"].join(
+                [", ".join(vals[:-1]), vals[-1]]) if len(vals) > 1 else vals[0])
+            fields.append(PhaseField(label, ask, f, vals))
+        labels[f] = fields[-1].label
+
+    def cond(feature: str, value: str) -> str:
+        if feature.startswith("at:"):
+            return r["is"].format(label=labels[feature], value=at_value(phrases, value))
+        if feature.endswith(".rest"):
+            return r["is"].format(label=labels[feature], value=_after(value))
+        return r["is"].format(label=labels[feature], value=value)
+
+    lines = [r["intro"]]
+    heads = {"0": ph["when_nothing"].format(carry=carry), "1": ph["when_first"], OTHER: ph["when_other"]}
+    for p in ("0", "1", OTHER):
+        t = table.tables.get(p)
+        if t is None:
+            continue
+        lines.append(heads[p])
+        for g in table.guards.get(p, ()):
+            lines.append(ph["guard"].format(label=labels[f"at:{g.position}"], when=g.when, instead=g.instead))
+        lines += _rows(t, cond, r, line)
+        lines.append(r["default"].format(action=t.default))
+    return fields, "\n".join(lines)
+
+
+def _values(table: PhasedTable, feature: str) -> list[str]:
+    vals: list[str] = []
+    for t in table.tables.values():
+        if t.root == feature:
+            vals += list(t.branches)
+        for b in t.branches.values():
+            if isinstance(b, Split) and b.feature == feature:
+                vals.append(b.value)
+    shown = [_after(v) if feature.endswith(".rest") else v for v in dict.fromkeys(vals)]
+    extra = ["other"] if any(isinstance(b, Split) and b.feature == feature
+                              for t in table.tables.values() for b in t.branches.values()) else []
+    return list(dict.fromkeys(shown + extra + [NONE]))
+
+
+def _rows(t: RuleTable, cond, r: dict, line_label: str) -> list[str]:
+    out = []
+    if t.none_action:
+        out.append(r["none_field"].format(label=line_label, action=t.none_action))
+    groups: dict = {}
+    for v, b in t.branches.items():
+        groups.setdefault(b, []).append(v)
+    for b, values in groups.items():
+        either = r["or"].join(cond(t.root, v) for v in values)
+        if isinstance(b, str):
+            out.append(r["case"].format(cond=either, action=b))
+        else:
+            out.append(r["case"].format(cond=r["and"].join([either, cond(b.feature, b.value)]), action=b.yes))
+            out.append(r["case"].format(cond=r["otherwise"].format(cond=either), action=b.no))
+    return out
+
+
+def render_phase(table: PhasedTable, phrases: dict, explorer: Explorer | None = None, *,
+                 action_tag: str = "<|ACTION|>the action<|END|>") -> tuple[str, str, list[PhaseField]]:
+    """``(rule text, answer-format text, fields)``; with an explorer, its action replaces the tables'
+    "no line" rows."""
+    if explorer is not None:
+        table = PhasedTable(table.order, table.near, {p: _with_none(t, explorer) for p, t in table.tables.items()},
+                            table.default, table.guards, table.fetch)
+    fields, rule = render_phase_fields(table, phrases)
+    fmt = [phrases["format"]["intro"]] + [f.ask for f in fields] + [action_tag]
+    return rule, "\n".join(fmt), fields
+
+
+def _with_none(t: RuleTable, explorer: Explorer) -> RuleTable:
+    return RuleTable(t.root, dict(t.branches), t.default, explorer.describe())
+
+
+__all__ = ["PhaseField", "at_value", "render_phase", "render_phase_fields"]

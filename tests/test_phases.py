@@ -1,0 +1,186 @@
+"""Phase features and the phase-rooted rule, on a scripted two-phase game (a test double; nothing here
+stands in for a measured result: the real ceilings come from benchmarks/induce_ceiling.py).
+
+``CarryEnv``: take a coloured ball, then reach a coloured box. The only sign of the phase is the line
+"You carry a ... ball". Half of the missions name the box first ("reach the blue box after you take the
+red ball"). On odd seeds the player starts facing away (only a wall in view) until it turns.
+"""
+
+from __future__ import annotations
+
+from engine_doubles import make_task
+
+from promptevo.envs.base import ExpertError, StepResult, TextEnv
+from promptevo.optim.propose.induce_phase import Guard, PhasedTable, guarded, induce_phased
+from promptevo.optim.propose.induce import RuleTable
+from promptevo.optim.reflect.expert import LabelledState, collect, states_of
+from promptevo.optim.reflect.features import mission_slots, vocabulary
+from promptevo.optim.reflect.follower import Explorer, choose_explorer, play, refine, success_rate
+from promptevo.optim.reflect.phases import SlotOrder, carried, fit_fetch, fit_order, phase_features
+
+BALLS = ("red", "green", "purple")
+BOXES = ("blue", "grey", "yellow")
+
+
+class CarryEnv(TextEnv):
+    family = "test"
+    ACTIONS = ["turn left", "go forward", "pick up", "drop"]
+
+    def __init__(self, task=None):
+        self._seed = 0
+
+    valid_actions = property(lambda self: list(self.ACTIONS))
+    default_action = property(lambda self: "turn left")
+    max_steps = property(lambda self: 16)
+    progression = property(lambda self: 1.0 if self._won else 0.0)
+
+    @property
+    def mission(self) -> str:
+        ball, box = BALLS[self._seed % 3], BOXES[(self._seed // 3) % 3]
+        if (self._seed // 2) % 2:
+            return f"reach the {box} box after you take the {ball} ball"
+        return f"take the {ball} ball, then reach the {box} box"
+
+    def reset(self, seed: int):
+        self._seed, self._t, self._won, self._carry = seed, 0, False, False
+        self._away = seed % 2 == 1
+        self._ball, self._box = 1 + seed % 3, 4 + seed % 3
+        return self._obs(), {"mission": self.mission}
+
+    def _steps(self, d: int) -> str:
+        return "1 step forward" if d == 1 else f"{d} steps forward"
+
+    def _obs(self) -> str:
+        if self._away:
+            return f"a wall {2 + self._t % 3} steps forward"
+        lines = [f"You carry a {BALLS[self._seed % 3]} ball"] if self._carry else []
+        lines.append(f"a wall {self._box + 2} steps forward")
+        if not self._carry:
+            lines.append(f"a {BALLS[self._seed % 3]} ball {self._steps(self._ball)}")
+        lines.append(f"a {BOXES[(self._seed // 3) % 3]} box {self._steps(self._box)}")
+        return "\n".join(lines)
+
+    def step(self, action: str) -> StepResult:
+        self._t += 1
+        if action == "turn left":
+            self._away = not self._away
+        elif action == "go forward" and not self._away:
+            if self._carry or self._ball > 1:
+                self._ball, self._box = max(1, self._ball - 1), max(1, self._box - 1)
+        elif action == "pick up" and not self._away and not self._carry and self._ball == 1:
+            self._carry = True
+        elif action == "drop" and self._carry and self._box == 1 and not self._away:
+            self._won = True
+        done = self._won or self._t >= self.max_steps
+        return StepResult(self._obs(), float(self._won), self._won, done and not self._won,
+                          {"valid_action": True, "executed_action": action, "success": self._won})
+
+    def expert_action(self) -> str | None:
+        if self._won:
+            raise ExpertError("the episode is over")
+        if self._away:
+            return "turn left"
+        if not self._carry:
+            return "pick up" if self._ball == 1 else "go forward"
+        return "drop" if self._box == 1 else "go forward"
+
+    def instructions(self) -> str:
+        return "take the ball, then reach the box"
+
+
+def _factory(task):
+    return CarryEnv()
+
+
+TASK = make_task(name="carry")
+
+
+def _states(n: int = 24) -> list[LabelledState]:
+    ev = collect(TASK, [], list(range(n)), env_factory=_factory)
+    assert ev["available"]
+    return states_of(ev)
+
+
+def test_second_slot_pronoun_and_order_word():
+    states = _states()
+    vocab = vocabulary(s.observation for s in states)
+    assert "you" in vocab.leading
+    assert mission_slots("reach the blue box after you take the red ball", vocab) == [("blue", "box"), ("red", "ball")]
+    order = fit_order(states, vocab)
+    assert order.word == "after" and order.accuracy == 1.0
+    assert order.ordered("reach the blue box after you take the red ball", [("blue", "box"), ("red", "ball")]) == [2, 1]
+    assert order.ordered("take the red ball, then reach the blue box", [("red", "ball"), ("blue", "box")]) == [1, 2]
+
+
+def test_phase_features_read_the_carried_line():
+    states = _states()
+    vocab = vocabulary(s.observation for s in states)
+    slots = [("red", "ball"), ("blue", "box")]
+    obs = "You carry a red ball\na wall 6 steps forward\na blue box 2 steps forward"
+    assert carried(obs, slots, vocab) == "1"
+    assert carried("a wall 3 steps forward", slots, vocab) == "-"
+    f = phase_features(obs, "take the red ball, then reach the blue box", vocab, SlotOrder(), ["1 step forward"])
+    assert f["phase"] == "1" and f["a.rest"] == "a ... 2 steps forward" and f["at:1 step forward"] == "-"
+    # the reversed mission: its carried slot is the second, and the phase is the same
+    f2 = phase_features(obs.replace("red ball", "red ball"), "reach the blue box after you take the red ball", vocab,
+                        SlotOrder("after"), ["1 step forward"])
+    assert f2["phase"] == "1" and f2["a.rest"] == "a ... 2 steps forward"
+
+
+def test_induction_recovers_a_phase_rooted_policy_that_solves_the_game():
+    states = _states()
+    ind = induce_phased(states)
+    table = ind.table
+    assert isinstance(table, PhasedTable) and set(table.tables) >= {"0", "1"}
+    # the phases' tables differ: pick up in phase 0, drop in phase 1
+    acts = {p: {b for b in t.branches.values() if isinstance(b, str)} | {t.default} for p, t in table.tables.items()}
+    assert "pick up" in str(table.tables["0"].to_dict()) and "drop" in str(table.tables["1"].to_dict()), acts
+    seeds = list(range(100, 140))
+    rows = play(TASK, table, Explorer("turn left"), ind.vocab, seeds, env_factory=_factory)
+    assert success_rate(rows) == 1.0
+    assert PhasedTable.from_dict(table.to_dict()).to_dict() == table.to_dict()
+
+
+def test_looping_explorer_is_rejected_by_the_simulation():
+    states = _states()
+    ind = induce_phased(states)
+    chosen, scores = choose_explorer(TASK, ind.table, ind.vocab, CarryEnv.ACTIONS, list(range(200, 220)),
+                                     env_factory=_factory)
+    by = {s["explorer"]: s["success"] for s in scores}
+    assert by["go forward"] < 0.6  # facing away, going forward never shows the ball: half the seeds loop
+    assert chosen.action == "turn left" and by[chosen.describe()] == 1.0
+
+
+def test_refine_stops_when_the_follower_solves_every_seed():
+    states = _states()
+
+    def fit(pool):
+        ind = induce_phased(pool)
+        return ind.table, ind.vocab
+
+    ref = refine(TASK, fit, states, CarryEnv.ACTIONS, list(range(300, 310)), env_factory=_factory, rounds=3)
+    assert len(ref.rounds) == 1 and ref.rounds[0]["success"] == 1.0
+
+
+def test_guard_overrides_the_table_when_something_else_is_ahead():
+    table = RuleTable("a.last", {"forward": "go forward"}, "go forward")
+    guards = [Guard("1 step forward", "go forward", "turn left")]
+    feats = {"a.line": "yes", "a.last": "forward", "at:1 step forward": "other"}
+    assert guarded(table, guards, feats) == "turn left"
+    assert guarded(table, guards, {**feats, "at:1 step forward": "a"}) == "go forward"
+
+
+def test_no_fetch_without_an_unnamed_carried_thing():
+    states = _states()
+    vocab = vocabulary(s.observation for s in states)
+    assert fit_fetch(states, vocab) is None
+
+
+def test_phase_that_never_occurs_and_unsplittable_missions_get_one_line_each():
+    states = [s for s in _states() if "You carry" not in s.observation]  # the expert never carries
+    odd = [LabelledState(900, 0, "do it", "a wall 2 steps forward", "turn left")]
+    ind = induce_phased(states + odd)
+    assert ind.table is not None
+    text = " ".join(ind.notes)
+    assert "phase 1 never occurs" in text
+    assert "name no thing" in text
