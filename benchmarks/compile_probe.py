@@ -26,10 +26,13 @@ from promptevo.optim.reflect.expert import Problems, collect, label_episode
 from promptevo.optim.reflect.features import Vocabulary
 from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.propose.induce import RuleTable
+from promptevo.optim.propose.induce_phase import PhasedTable
+from promptevo.optim.propose.render_table import load_phrases
+from promptevo.optim.reflect.phase_compliance import analyse_phased
 from promptevo.tasks import load_task, make_env
 
 RENDERINGS = ["induce", "compile-vocab", "compile-slots", "compile-grammar", "compile-lines", "compile-demos",
-              "compile-fold", "compile-bind", "compile-key"]
+              "compile-fold", "compile-bind", "compile-key", "compile-phase"]
 
 
 class _Game:
@@ -105,9 +108,17 @@ def main() -> None:
         for ep in eps:
             for s in label_episode(task, ep, Problems()):
                 experts[(s.seed, s.t)] = s.expert
-        vocab = Vocabulary.from_words(rec["vocabulary"]["words"], rec["vocabulary"]["structural"])
-        comp = analyse(eps, vocab, RuleTable.from_dict(rec["table"]), rec["fields"],
-                       explorer=Explorer.from_dict(rec.get("explorer")), experts=experts)
+        vocab = Vocabulary(frozenset(rec["vocabulary"]["words"]), frozenset(rec["vocabulary"]["structural"]),
+                           frozenset(rec["vocabulary"].get("leading") or ()))
+        if "phased" in rec:
+            comp = analyse_phased(eps, PhasedTable.from_dict(rec["phased"]), vocab, rec["fields"],
+                                  Explorer.from_dict(rec.get("explorer")), load_phrases()["phase"]["at_values"])
+            comp["decisions"] = comp["n"]
+            comp["by_view"] = {"in view": {"compliance": None}, "out of view": {"compliance": None}}
+            comp["kinds"] = {p: v["first_wrong_field"] for p, v in comp["phases"].items()}
+        else:
+            comp = analyse(eps, vocab, RuleTable.from_dict(rec["table"]), rec["fields"],
+                           explorer=Explorer.from_dict(rec.get("explorer")), experts=experts)
         decisions = max(1, comp["decisions"])
         row = {"rendering": name, "n": summary["n"], "success": summary["success_rate"],
                "successes": summary["successes"], "compliance": comp, "seconds_per_decision": round(secs / decisions, 2),

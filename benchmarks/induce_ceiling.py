@@ -12,7 +12,8 @@ table per phase over the current thing's line, obstacle rows) is fitted on the s
 refined by dataset aggregation (:func:`promptevo.optim.reflect.follower.refine`: the follower plays
 ``--explore-episodes`` training seeds, the expert labels every state it meets, the table is fitted again,
 ``--rounds`` times); its explorer is chosen on those seeds too. Then the follower plays the same test
-seeds once.
+seeds once. *Compact*: the same with at most ``MAX_VALUES`` values per phase table, as the ``compile-phase``
+operator fits it (a table a small agent can read).
 
 Prints a table and, as its last line, one JSON object ``{"<task>": {"n", "success", "phased"}, ...}``;
 writes ``benchmarks/induce_ceiling.json``.
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 from promptevo.optim.propose.induce import induce
+from promptevo.optim.propose.compile_phase import MAX_VALUES
 from promptevo.optim.propose.induce_phase import induce_phased
 from promptevo.optim.reflect.expert import collect, states_of
 from promptevo.optim.reflect.follower import Explorer, choose_explorer, play, refine, success_rate
@@ -50,13 +52,15 @@ def _failures(rows: list[dict]) -> dict:
             "ended_early": sum(r["steps"] < long for r in failed)}
 
 
-def phased(task, states, actions: list[str], explore_seeds: list[int], seeds: list[int], rounds: int) -> dict:
-    """The phase-rooted rule, refined by dataset aggregation, played by the follower on ``seeds``."""
+def phased(task, states, actions: list[str], explore_seeds: list[int], seeds: list[int], rounds: int,
+           max_values: int | None = None) -> dict:
+    """The phase-rooted rule, refined by dataset aggregation, played by the follower on ``seeds``
+    (``max_values``: at most that many values per phase table, as the compile-phase operator fits it)."""
     def fit(pool):
-        ind = induce_phased(pool)
+        ind = induce_phased(pool, max_values=max_values)
         return ind.table, ind.vocab
 
-    first = induce_phased(states)
+    first = induce_phased(states, max_values=max_values)
     ref = refine(task, fit, states, actions, explore_seeds, env_factory=make_env, rounds=rounds)
     rows = play(task, ref.table, ref.explorer, ref.vocab, seeds, env_factory=make_env)
     return {"table": ref.table.to_dict(), "heldout_accuracy": first.accuracy, "phases": first.phases,
@@ -97,6 +101,10 @@ def ceiling(name: str, episodes: int, explore: int, test: int, rounds: int) -> d
     t1 = time.perf_counter()
     row["phased"] = phased(task, states, actions, explore_seeds, seeds, rounds)
     row["phased"]["seconds"] = round(time.perf_counter() - t1, 1)
+    t1 = time.perf_counter()
+    row["phased_compact"] = phased(task, states, actions, explore_seeds, seeds, rounds, MAX_VALUES)
+    row["phased_compact"]["max_values"] = MAX_VALUES
+    row["phased_compact"]["seconds"] = round(time.perf_counter() - t1, 1)
     row["seconds"] = round(time.perf_counter() - t0, 1)
     return row
 
@@ -112,18 +120,19 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).with_suffix(".json")))
     a = ap.parse_args()
     rows = [ceiling(n, a.episodes, a.explore_episodes, a.test, a.rounds) for n in a.tasks.split(",") if n]
-    print(f"{'task':<20} {'n':>4} {'flat':>6} {'phased':>7} {'95% CI (phased)':>16}  explorer (phased)")
+    print(f"{'task':<20} {'n':>4} {'flat':>6} {'phased':>7} {'95% CI (phased)':>16} {'compact':>8}  explorer (phased)")
     for r in rows:
         if "success" not in r:
             print(f"{r['task']:<20} {'-':>4} {'-':>6} {r.get('note') or r.get('reason')}")
             continue
         p = r["phased"]
         print(f"{r['task']:<20} {r['n']:>4} {r['success']:>6.0%} {p['success']:>7.0%} "
-              f"{p['interval'][0]:>7.0%}-{p['interval'][1]:<7.0%}  {p['explorer']}")
+              f"{p['interval'][0]:>7.0%}-{p['interval'][1]:<7.0%} {r['phased_compact']['success']:>8.0%}  {p['explorer']}")
     Path(a.out).write_text(json.dumps({"episodes": a.episodes, "explore_episodes": a.explore_episodes,
                                        "rounds": a.rounds, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({r["task"]: {"n": r.get("n", 0), "success": r.get("success"),
-                                  "phased": (r.get("phased") or {}).get("success")} for r in rows}))
+                                  "phased": (r.get("phased") or {}).get("success"),
+                                  "phased_compact": (r.get("phased_compact") or {}).get("success")} for r in rows}))
 
 
 if __name__ == "__main__":

@@ -184,3 +184,119 @@ def test_phase_that_never_occurs_and_unsplittable_missions_get_one_line_each():
     text = " ".join(ind.notes)
     assert "phase 1 never occurs" in text
     assert "name no thing" in text
+
+
+# -- rendering, the operator, compliance per phase -------------------------------------------------------
+def _phrases():
+    from promptevo.optim.propose.render_table import load_phrases
+
+    return load_phrases()
+
+
+def test_rendering_asks_for_the_phase_first_then_the_phase_fields():
+    from promptevo.optim.propose.render_phase import render_phase
+
+    ind = induce_phased(_states())
+    rule, fmt, fields = render_phase(ind.table, _phrases(), Explorer("turn left"))
+    assert [f.feature for f in fields][:3] == ["carry", "target", "a.line"]
+    assert fmt.index("Carrying:") < fmt.index("Target:") < fmt.index("Line:") < fmt.index("<|ACTION|>")
+    assert 'the word "after"' in fmt  # the fitted order word, from the data
+    assert "When Carrying is nothing:" in rule and "When you carry a thing your mission names:" in rule
+    assert "pick up" in rule and "drop" in rule and 'Line is "none": turn left.' in rule
+    for word in ("ball", "box", "red", "blue"):  # no game word in the rendering: only placeholders
+        assert word not in rule and word not in fmt
+
+
+def _reply(truth: dict, fields, action: str, wrong: str | None = None) -> str:
+    out = [f"{f['label']}: {'zzz' if f['label'] == wrong else truth[f['label']]}" for f in fields]
+    return "\n".join(out + [f"<|ACTION|>{action}<|END|>"])
+
+
+def test_compliance_per_phase_names_the_first_wrong_field():
+    from promptevo.optim.propose.render_phase import render_phase
+    from promptevo.optim.reflect.phase_compliance import analyse_phased, step_truth
+
+    ind = induce_phased(_states())
+    _, _, pf = render_phase(ind.table, _phrases(), Explorer("turn left"))
+    fields = [{"label": f.label, "feature": f.feature, "values": f.values} for f in pf]
+    at_values = _phrases()["phase"]["at_values"]
+    env = CarryEnv()
+    obs, info = env.reset(4)
+    steps = []
+    for t in range(12):
+        feats, truth = step_truth(obs, info["mission"], ind.table, ind.vocab, fields, at_values)
+        action = env.expert_action()
+        wrong = "Carrying" if feats["phase"] == "1" else None  # the agent misreads what it carries in phase 1
+        steps.append({"t": t, "observation": obs, "reply": _reply(truth, fields, action, wrong), "action": action,
+                      "parsed": True})
+        r = env.step(action)
+        obs = r.observation
+        if r.terminated:
+            break
+    comp = analyse_phased([{"seed": 4, "mission": info["mission"], "trajectory": steps}], ind.table, ind.vocab,
+                          fields, Explorer("turn left"), at_values)
+    assert comp["phases"]["0"]["compliance"] == 1.0
+    assert comp["phases"]["1"]["perception"] == comp["phases"]["1"]["n"] > 0
+    assert comp["phases"]["1"]["first_wrong_field"] == {"Carrying": comp["phases"]["1"]["n"]}
+
+
+def test_compile_phase_operator_proposes_one_machine_written_child():
+    from types import SimpleNamespace
+
+    from promptevo.optim.adapter import ProposalContext
+    from promptevo.optim.propose.registry import OperatorContext, get_operator
+    from promptevo.segments import Prompt, PromptSet, Segment
+
+    game = SimpleNamespace(task=TASK, env_factory=_factory, opt_gw=None, env_instructions="",
+                           cfg=SimpleNamespace(seed=0, skills=None, agent_max_tokens=256, model=None),
+                           warn_once=lambda key, msg: None)
+    ctx = OperatorContext(proposal=ProposalContext(generation=1, mode="mutate", n=2, history=[], tried=set()), game=game)
+    ev = collect(TASK, [], list(range(24)), env_factory=_factory)
+    parent = PromptSet.of({"system": Prompt((Segment("role", "You carry things."),
+                                             Segment("format", "Mission: {mission}\n<|ACTION|>the action<|END|>")))})
+    props = get_operator("compile-phase").propose(parent, {"expert": ev}, ctx, 2)
+    assert len(props) == 1, ctx.log
+    p = props[0]
+    assert p.operator == "compile-phase" and p.source["author"] == "machine"
+    system = p.prompts.module("system")
+    assert "When Carrying is nothing:" in system.get("induced-rule") and "Carrying:" in system.get("format")
+    assert "ball" in system.get("slot-words")
+    assert p.source["induce"]["simulated"]["success"] == 1.0
+    assert get_operator("compile-phase").propose(parent, {"expert": ev}, ctx, 2) == []  # one child per generation
+
+
+def test_compile_phase_without_an_expert_says_so():
+    from types import SimpleNamespace
+
+    from promptevo.optim.adapter import ProposalContext
+    from promptevo.optim.propose.registry import OperatorContext, get_operator
+    from promptevo.segments import Prompt, PromptSet, Segment
+
+    game = SimpleNamespace(task=TASK, env_factory=_factory, cfg=SimpleNamespace(seed=0), warn_once=lambda k, m: None)
+    ctx = OperatorContext(proposal=ProposalContext(generation=1, mode="mutate", n=1, history=[], tried=set()), game=game)
+    parent = PromptSet.of({"system": Prompt((Segment("format", "<|ACTION|>x<|END|>"),))})
+    assert get_operator("compile-phase").propose(parent, {"expert": {"available": False}}, ctx, 1) == []
+    assert ctx.log == ["compile-phase: no expert for this game; no child"]
+
+
+class RaisingCarryEnv(CarryEnv):
+    """CarryEnv whose expert crashes once the ball is carried."""
+
+    def expert_action(self):
+        if self._carry:
+            raise RuntimeError("planner crashed")
+        return super().expert_action()
+
+
+def test_an_expert_that_raises_mid_episode_gets_one_line_and_the_rest_is_fitted():
+    states = _states()
+    env_factory = lambda task: RaisingCarryEnv()  # noqa: E731
+
+    def fit(pool):
+        ind = induce_phased(pool)
+        return ind.table, ind.vocab
+
+    half = [s for s in states if "You carry" not in s.observation]  # phase 1 never labelled either
+    ref = refine(TASK, fit, half, CarryEnv.ACTIONS, list(range(400, 406)), env_factory=env_factory, rounds=1)
+    assert ref.problem and ref.problem.startswith("the expert could not label") and "RuntimeError: planner crashed" in ref.problem
+    assert ref.table is not None and "0" in ref.table.tables

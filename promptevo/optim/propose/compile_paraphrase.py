@@ -61,9 +61,8 @@ class ParaphraseOperator:
                "rendering); kept only if every value and action of the table is still there")
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
-        if ctx.cache.get(f"{self.name}-done"):
+        if not ctx.first_call(self.name):  # one child per generation
             return []
-        ctx.cache[f"{self.name}-done"] = True
         module = acting_module(parent)
         base, source, rendered = parent, {}, None
         if parent.module(module).get(SEGMENT) is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
@@ -22,7 +23,7 @@ from promptevo.optim.reflect.features import (
     state_features,
     thing_words,
 )
-from promptevo.segments import PromptSet, apply_edit
+from promptevo.segments import Edit, PromptSet, apply_edit
 from promptevo.optim.propose.induce import Induction, RuleTable, induce
 from promptevo.optim.propose.render_table import Rendering, demo_text, grammar_fields, load_phrases, render, render_fields
 
@@ -144,6 +145,25 @@ def demonstrations(states: Sequence[LabelledState], table: RuleTable, explorer: 
     return list(rows.values())[:k]
 
 
+def answer_format_edit(parent: PromptSet, ctx: OperatorContext, operator: str, fields: Sequence[Any], fmt: str,
+                       states: Sequence[LabelledState], why: str) -> tuple[str, Edit, int, int] | None:
+    """(the acting module, the rewrite of its answer format to ``fmt``, the longest answer's tokens, the
+    agent's reply cap), or None and a log line: a full answer over the reply cap, or no answer format with
+    ``<|ACTION|>`` in the module."""
+    need, cap = reply_fits(fields, states, ctx.cfg)
+    if cap and need > cap:
+        ctx.log.append(f"{operator}: a full answer in this format takes up to {need} tokens, over the agent's "
+                       f"reply cap of {cap} (--agent-max-tokens); no child")
+        return None
+    module = acting_module(parent)
+    fmt_edit = format_rewrite(parent, module, fmt, f"{operator}: {why}")
+    if fmt_edit is None:
+        ctx.log.append(f"{operator}: module {module!r} has no answer format with <|ACTION|> to write the features "
+                       "in before the action; no child")
+        return None
+    return module, fmt_edit, need, cap
+
+
 def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, operator: str, how: Rendering, *,
                   grammar: bool = False, demos: int = 0, lines: bool = False, bind: bool = False) -> list[Proposal]:
     """One child of ``parent`` carrying this generation's induced table rendered ``how`` (with an
@@ -164,17 +184,11 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
                        "row of the table (a constant explorer whose action a value gives); no child")
         return []
     _, fmt = render(ind.table, phrases, how=how)
-    need, cap = reply_fits(fields, states_of(evidence.get("expert") or {}), ctx.cfg)
-    if cap and need > cap:
-        ctx.log.append(f"{operator}: a full answer in this format takes up to {need} tokens, over the agent's "
-                       f"reply cap of {cap} (--agent-max-tokens); no child")
+    checked = answer_format_edit(parent, ctx, operator, fields, fmt, states_of(evidence.get("expert") or {}),
+                                 "the answer fields the induced rule reads")
+    if checked is None:
         return []
-    module = acting_module(parent)
-    fmt_edit = format_rewrite(parent, module, fmt, f"{operator}: the answer fields the induced rule reads")
-    if fmt_edit is None:
-        ctx.log.append(f"{operator}: module {module!r} has no answer format with <|ACTION|> to write the features "
-                       "in before the action; no child")
-        return []
+    module, fmt_edit, need, cap = checked
     why = (f"fitted to {ind.n_fit + ind.n_heldout} expert-labelled states; held-out accuracy {ind.accuracy:.0%} "
            f"vs {ind.majority:.0%} for the majority action (n = {ind.n_heldout})")
     edit = rule_edit(parent, module, SEGMENT, rule, why)
@@ -234,9 +248,8 @@ class CompileOperator:
     demos = 0
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
-        if ctx.cache.get(f"{self.name}-done"):  # one child per generation, however many slots are free
+        if not ctx.first_call(self.name):  # one child per generation, however many slots are free
             return []
-        ctx.cache[f"{self.name}-done"] = True
         return compile_child(parent, ctx, evidence, self.name, self.how, grammar=self.grammar, demos=self.demos,
                              lines=self.lines, bind=self.bind)
 
@@ -250,4 +263,4 @@ register_operator(InduceOperator())
 
 
 __all__ = ["CompileOperator", "DEMO_SEGMENT", "EXPLORER_SEEDS", "InduceOperator", "SEGMENT", "WORD_SEEDS",
-           "compile_child", "demonstrations", "generation_induction", "reset_states", "valid_actions"]
+           "answer_format_edit", "compile_child", "demonstrations", "generation_induction", "reset_states", "valid_actions"]

@@ -193,11 +193,12 @@ def _grow(rows: Sequence[Row], seeds: Sequence[int], root: str, candidates: Sequ
 
 
 def fit_table(rows: Sequence[Row], seeds: Sequence[int], *, min_support: int = 2, max_splits: int = 3,
-              tolerance: float = 0.03) -> RuleTable:
+              tolerance: float = 0.03, max_values: int | None = None) -> RuleTable:
     """The simplest table (fewest values and tests, :func:`complexity`) whose cross-validated accuracy is
     within ``tolerance`` of the best found; every feature is tried as the root, each grown greedily
     (:func:`_grow`). ``rows`` are states where some line names the mission's things; ``seeds`` their
-    episode seeds (the folds)."""
+    episode seeds (the folds). ``max_values``: a root whose table lists more values is not considered
+    (a table an agent can read), unless every root does."""
     if not rows:
         raise ValueError("no states to fit")
     names = sorted({k for f, _ in rows for k in f})
@@ -209,6 +210,8 @@ def fit_table(rows: Sequence[Row], seeds: Sequence[int], *, min_support: int = 2
         score, splits = _grow(rows, seeds, root, candidates, min_support, max_splits)
         table = _build(rows, root, splits, min_support)
         models.append((score, complexity(table), root, table))
+    if max_values is not None and any(len(m[3].branches) <= max_values for m in models):
+        models = [m for m in models if len(m[3].branches) <= max_values]
     top = max(m[0] for m in models)
     return min((m for m in models if m[0] >= top - tolerance), key=lambda m: (m[1], -m[0], m[2]))[3]
 

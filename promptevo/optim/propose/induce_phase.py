@@ -27,6 +27,7 @@ from promptevo.optim.reflect.phases import (
     fit_order,
     near_positions,
     phase_features,
+    target_of,
 )
 
 #: fewest states of a phase (where its active slot has a line) for a table of its own
@@ -101,6 +102,10 @@ class PhasedTable:
         """The features this table reads (a :data:`~promptevo.optim.reflect.follower.Featurizer`)."""
         return phase_features(observation, mission, vocab, self.order, self.near, self.fetch)
 
+    def target_words(self, observation: str, mission: str, vocab: Vocabulary) -> tuple[str, ...]:
+        """The words of the thing that is the target in this state (the active slot, or the fetched thing)."""
+        return target_of(observation, mission, vocab, self.order, self.fetch)
+
     def to_dict(self) -> dict:
         return {"root": "phase", "order": self.order.to_dict(), "near": list(self.near), "default": self.default,
                 "phases": {p: t.to_dict() for p, t in sorted(self.tables.items())},
@@ -138,7 +143,7 @@ def _heldout(seed: int) -> bool:
 
 
 def _fit(rows: Sequence[tuple[dict, str, int]], order: SlotOrder, near: tuple[str, ...], fetch: Fetch | None,
-         notes: list[str] | None) -> PhasedTable:
+         notes: list[str] | None, max_values: int | None = None) -> PhasedTable:
     default = majority_action([a for _, a, _ in rows])
     by_phase: dict[str, list[tuple[dict, str, int]]] = defaultdict(list)
     for r in rows:
@@ -149,7 +154,7 @@ def _fit(rows: Sequence[tuple[dict, str, int]], order: SlotOrder, near: tuple[st
         seen = [(f, a, s) for f, a, s in members if defined(f)]
         unseen = [a for f, a, _ in members if not defined(f)]
         if len(seen) >= MIN_PHASE_STATES:
-            t = fit_table([(f, a) for f, a, _ in seen], [s for *_, s in seen])
+            t = fit_table([(f, a) for f, a, _ in seen], [s for *_, s in seen], max_values=max_values)
         else:
             t = RuleTable("a.line", {}, majority_action([a for _, a, _ in members]))
             if notes is not None:
@@ -161,7 +166,8 @@ def _fit(rows: Sequence[tuple[dict, str, int]], order: SlotOrder, near: tuple[st
     return PhasedTable(order, near, tables, default, guards, fetch)
 
 
-def induce_phased(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None) -> PhasedInduction:
+def induce_phased(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None,
+                  max_values: int | None = None) -> PhasedInduction:
     """Fit and measure a phase-rooted table on expert-labelled states (distinct by mission, observation
     and expert action)."""
     uniq = distinct_states(states)
@@ -186,11 +192,11 @@ def induce_phased(states: Sequence[LabelledState], *, vocab: Vocabulary | None =
     held = [r for r in rows if _heldout(r[2])]
     out.n_fit, out.n_heldout = len(fit), len(held)
     if fit and held:
-        probe = _fit(fit, order, near, fetch, None)
+        probe = _fit(fit, order, near, fetch, None, max_values)
         out.accuracy = round(sum(probe.predict(f) == a for f, a, _ in held) / len(held), 4)
         m = majority_action([a for _, a, _ in fit])
         out.majority = round(sum(a == m for _, a, _ in held) / len(held), 4)
-    out.table = _fit(rows, order, near, fetch, out.notes)
+    out.table = _fit(rows, order, near, fetch, out.notes, max_values)
     return out
 
 

@@ -57,6 +57,7 @@ BUILTIN: dict[str, str] = {
     "compile-fold": "promptevo.optim.propose.compile_fold",
     "compile-bind": "promptevo.optim.propose.compile_bind",
     "compile-key": "promptevo.optim.propose.compile_key",
+    "compile-phase": "promptevo.optim.propose.compile_phase",
     "compile-paraphrase": "promptevo.optim.propose.compile_paraphrase",
     # not chosen with --operators: --skills adds library skills, pruning generations use the pruner
     "skills": "promptevo.optim.propose.skills",
@@ -126,6 +127,15 @@ class OperatorContext:
     def seed(self) -> int:
         """The optimizer LLM's sampling seed for this generation."""
         return optimizer_seed(self.cfg.seed, self.proposal.generation)
+
+    def first_call(self, operator: str) -> bool:
+        """True the first time ``operator`` asks in this generation (operators that make one child per
+        generation, however many slots are free)."""
+        key = f"{operator}-done"
+        if self.cache.get(key):
+            return False
+        self.cache[key] = True
+        return True
 
     def new_child(self, child: PromptSet) -> bool:
         """True (and the child recorded as tried) unless a candidate with the same prompts was tried."""

@@ -103,13 +103,15 @@ def play_episode(env: Any, seed: int, table: Table, explorer: Explorer | None, v
     success = False
     t = 0
     states: list[LabelledState] = []
+    unlabelled: list[str] = []
     for t in range(1, limit + 1):
         action, by_explorer = decide(table, explorer, obs, mission, vocab, streak)
         if label:
             try:
                 expert = env.expert_action()
-            except Exception:  # noqa: BLE001 - an expert that cannot plan this state labels nothing
+            except Exception as e:  # noqa: BLE001 - an expert that cannot plan this state labels nothing
                 expert = None
+                unlabelled.append(f"S{seed}.{t - 1}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
             if isinstance(expert, str) and expert:
                 states.append(LabelledState(int(seed), t - 1, mission, obs, expert, agent=action))
         if by_explorer:
@@ -125,6 +127,7 @@ def play_episode(env: Any, seed: int, table: Table, explorer: Explorer | None, v
     out = {"seed": int(seed), "success": success, "steps": t, "explored": explored}
     if label:
         out["states"] = states
+        out["unlabelled"] = unlabelled
     return out
 
 
@@ -180,7 +183,8 @@ def choose_explorer(task: Any, table: Table, vocab: Vocabulary, actions: Sequenc
 @dataclass
 class Refined:
     """What :func:`refine` ends with: the table, its vocabulary and explorer, the follower's training
-    success per round, and the number of states fitted."""
+    success per round, the number of states fitted, and one line when the expert could not label some of
+    the states the follower met (those states are left out; the rest is used)."""
 
     table: Any
     vocab: Vocabulary
@@ -188,6 +192,7 @@ class Refined:
     explorer_scores: list[dict]
     rounds: list[dict]
     states: int
+    problem: str | None = None
 
 
 def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabulary]],
@@ -200,6 +205,7 @@ def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabu
     chosen again at the end. ``fit(states) -> (table, vocabulary)``."""
     pool = list(states)
     log: list[dict] = []
+    missed: list[str] = []
     table, vocab = fit(pool)
     for r in range(rounds):
         explorer, _ = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best)
@@ -208,9 +214,12 @@ def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabu
         if all(x["success"] for x in rows):
             break
         pool += [s for x in rows for s in x["states"]]
+        missed += [m for x in rows for m in x["unlabelled"]]
         table, vocab = fit(pool)
     explorer, scores = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best)
-    return Refined(table, vocab, explorer, scores, log, len(pool))
+    problem = (f"the expert could not label {len(missed)} state(s) the follower met (first: {missed[0]}); they are "
+               "left out" if missed else None)
+    return Refined(table, vocab, explorer, scores, log, len(pool), problem)
 
 
 __all__ = ["EXPLORER_TOLERANCE", "Explorer", "Featurizer", "Refined", "candidates", "choose_explorer", "decide", "featurizer",

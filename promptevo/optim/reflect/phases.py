@@ -233,23 +233,34 @@ def near_positions(observations: Iterable[str], vocab: Vocabulary) -> list[str]:
     return sorted(p for p, v in singles.items() if v == low)
 
 
+def target_of(observation: str, mission: str, vocab: Vocabulary, order: SlotOrder,
+              fetch: Fetch | None = None) -> tuple[str, ...]:
+    """The words of the active thing in this state (``()`` when the mission names none)."""
+    slots = mission_slots(mission, vocab)
+    carry = carried(observation, slots, vocab)
+    _, active = phase_of(carry, order.ordered(mission, slots))
+    if active is None:
+        return ()
+    if fetch is not None and carry == NOTHING:
+        lines = [ln for ln in observation_lines(observation) if not is_status(tokens(ln), vocab)]
+        return fetch.thing(lines, slots[0])
+    return slots[active - 1]
+
+
 def phase_features(observation: str, mission: str, vocab: Vocabulary, order: SlotOrder,
                    near: Sequence[str] = (), fetch: Fetch | None = None) -> dict[str, str]:
     """``phase``, ``carry``, the active slot's ``a.*`` features and one ``at:<position>`` per near
     position."""
     slots = mission_slots(mission, vocab)
     carry = carried(observation, slots, vocab)
-    phase, active = phase_of(carry, order.ordered(mission, slots))
+    phase, _ = phase_of(carry, order.ordered(mission, slots))
     lines = [ln for ln in observation_lines(observation) if not is_status(tokens(ln), vocab)]
-    body = "\n".join(lines)
     feats = {"phase": phase, "carry": carry}
-    if active is None:
+    thing = target_of(observation, mission, vocab, order, fetch)
+    if not thing:
         feats["a.line"] = NONE
         return feats
-    thing = slots[active - 1]
-    if fetch is not None and carry == NOTHING:
-        thing = fetch.thing(lines, slots[0])
-    feats.update(thing_features(body, thing, "a"))
+    feats.update(thing_features("\n".join(lines), thing, "a"))
     for p in near:
         value = NOTHING
         for ln in lines:
@@ -263,4 +274,4 @@ def phase_features(observation: str, mission: str, vocab: Vocabulary, order: Slo
 
 
 __all__ = ["Fetch", "MIN_FETCH_SHARE", "NOTHING", "OTHER", "SlotOrder", "carried", "fit_fetch", "fit_order", "is_status", "near_positions", "phase_features",
-           "phase_of", "position"]
+           "phase_of", "position", "target_of"]
