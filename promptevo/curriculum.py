@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.envs.mapf.failures import KNOBS, config_knobs, failure_report
 from promptevo.envs.mapf.family import mapf_config, params_for
 from promptevo.envs.mapf.generator import MAPFConfig, MAPFConfigError, make_mapf_config
@@ -267,9 +268,8 @@ def run_curriculum(
                 next_cfg, info = make_mapf_config(nrec["config"], str(nfile)), nrec.get("engineer")
             elif mode == "engineer":
                 next_cfg, info = propose_config(
-                    cfg_k, frep, optimizer_gateway, history=history, max_changes=max_changes, bounds=bounds,
-                    temperature=base.optimizer_temperature, max_tokens=base.optimizer_max_tokens,
-                    seed=base.seed * 1000 + 900 + k,
+                    cfg_k, frep, OptimizerLM.from_config(optimizer_gateway, base), history=history,
+                    max_changes=max_changes, bounds=bounds, seed=base.seed * 1000 + 900 + k,
                     probe_seeds=task.seed_list("train")[:1] + task.seed_list("validation")[:1],
                 )
                 info = {"mode": "engineer", **info}

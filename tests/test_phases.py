@@ -261,6 +261,9 @@ def test_compile_phase_operator_proposes_one_machine_written_child():
     system = p.prompts.module("system")
     assert "When Carrying is nothing:" in system.get("induced-rule") and "Carrying:" in system.get("format")
     assert "ball" in system.get("slot-words")
+    grammar = system.get("answer-grammar")
+    assert "Carrying: nothing | {slot1} | {slot2} | something else" in grammar
+    assert "Line: none | a {slot1} <line> | a {slot2} <line>" in grammar and grammar.endswith("<|ACTION|>")
     assert p.source["induce"]["simulated"]["success"] == 1.0
     assert get_operator("compile-phase").propose(parent, {"expert": ev}, ctx, 2) == []  # one child per generation
 

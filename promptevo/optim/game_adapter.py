@@ -21,6 +21,7 @@ from typing import Any
 from promptevo.agents.base import check_placeholders
 from promptevo.evaluation.rollout import EpisodeResult, run_episodes
 from promptevo.evaluation.signatures import render_signatures, signatures_to_dict, summarize_signatures
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.optim.adapter import EpisodeCallback, ProposalBatch, ProposalContext, optimizer_seed
 from promptevo.optim.config import OptimizeConfig
 from promptevo.optim.propose.hints import HintLibrary, HintLibraryError, builtin_path, load_hints
@@ -69,6 +70,8 @@ class TextGameAdapter:
         self.task = task
         self.agent_gw = agent_gateway
         self.opt_gw = optimizer_gateway
+        #: how every optimizer call is made (temperature, reply caps, retries, schema, budget)
+        self.opt_lm = OptimizerLM.from_config(optimizer_gateway, config)
         self.build = agent_builder
         self.runner = runner
         #: builds the envs the runner plays (a runner may carry its own: test doubles, replays)
@@ -169,15 +172,13 @@ class TextGameAdapter:
         if kind == "cards":
             from promptevo.optim.reflect.cards import build_cards
 
-            cards = build_cards(parent, episodes, self.opt_gw, env_instructions=self.env_instructions,
-                                temperature=cfg.optimizer_temperature, max_tokens=min(1024, cfg.optimizer_max_tokens),
+            cards = build_cards(parent, episodes, self.opt_lm, env_instructions=self.env_instructions,
                                 seed=optimizer_seed(cfg.seed, generation))
             out["cards"] = cards.to_dict()
             out["usage"]["cards"] = dict(cards.usage)
-        analysis = analyze(parent, episodes, self.opt_gw, max_trajectories=cfg.max_trajectories,
+        analysis = analyze(parent, episodes, self.opt_lm, max_trajectories=cfg.max_trajectories,
                            max_steps_shown=cfg.max_steps_shown, env_instructions=self.env_instructions,
-                           history=history, temperature=cfg.optimizer_temperature,
-                           max_tokens=cfg.optimizer_max_tokens, seed=optimizer_seed(cfg.seed, generation), evidence=cards,
+                           history=history, seed=optimizer_seed(cfg.seed, generation), evidence=cards,
                            signatures=sig_text)
         out["analysis"] = analysis.model_dump(mode="json")
         out["usage"]["analyzer"] = dict(analysis.usage)

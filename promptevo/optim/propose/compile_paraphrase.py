@@ -82,16 +82,12 @@ class ParaphraseOperator:
         refused: list[str] = []
         usage = ctx.usage.setdefault("paraphrase", {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0})
         for i in range(max(1, k)):
-            try:
-                reply = ctx.game.opt_gw.complete(msgs, role="paraphrase", temperature=ctx.cfg.optimizer_temperature,
-                                                 max_tokens=ctx.cfg.optimizer_max_tokens, seed=ctx.seed * 10 + i)
-            except Exception as e:  # noqa: BLE001 - an LLM failure costs this operator its child, not the run
-                refused.append(f"call {i + 1}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+            reply = ctx.lm.text(msgs, role="paraphrase", seed=ctx.seed * 10 + i)
+            if reply.text is None:  # an LLM failure costs this operator its child, not the run
+                refused.append(f"call {i + 1}: {reply.error}")
                 continue
-            usage["calls"] += 1
-            usage["prompt_tokens"] += reply.prompt_tokens
-            usage["completion_tokens"] += reply.completion_tokens
-            usage["cost"] += reply.cost
+            for key in usage:
+                usage[key] += reply.usage[key]
             text = "\n".join(ln.rstrip() for ln in reply.text.strip().splitlines())
             why = "cut by the token cap" if reply.truncated else check_paraphrase(original, text, keep)
             if why:

@@ -8,11 +8,17 @@ expert labels the states the program's own mistakes lead to; no LLM), tables kep
 agent writes what it carries, its current target, the target's line and the fields the phase's table
 reads, then follows that phase's rows. The mission's things are named per episode from its own text
 (``{slot1}``, ``{slot2}`` and the ``slot-words`` segment). Machine-written: every value, word and action
-comes from the data; the phrases are the generic ``[phase]`` templates of ``induce.toml``."""
+comes from the data; the phrases are the generic ``[phase]`` templates of ``induce.toml``. An
+``answer-grammar`` (for agents that decode with one: local models) closes what is carried and the target to
+the mission's things and the copied line to the step's own lines that name one of them: an output-schema
+edit, reported as such (``grammar`` in the child's record)."""
 
 from __future__ import annotations
 
-from promptevo.agents.answer_fields import SLOT_WORDS_SEGMENT
+from collections import Counter
+from collections.abc import Sequence
+
+from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, spec_text
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import rule_edit
 from promptevo.optim.propose.compile_table import (
@@ -25,10 +31,10 @@ from promptevo.optim.propose.compile_table import (
 )
 from promptevo.optim.propose.induce_phase import induce_phased
 from promptevo.optim.propose.registry import OperatorContext, register_operator
-from promptevo.optim.propose.render_phase import render_phase
+from promptevo.optim.propose.render_phase import phase_grammar, render_phase
 from promptevo.optim.propose.render_table import load_phrases
-from promptevo.optim.reflect.expert import states_of
-from promptevo.optim.reflect.features import thing_words
+from promptevo.optim.reflect.expert import LabelledState, states_of
+from promptevo.optim.reflect.features import Vocabulary, mission_slots, thing_features, thing_words
 from promptevo.optim.reflect.follower import play, refine, success_rate
 from promptevo.segments import PromptSet, apply_edit
 
@@ -36,6 +42,17 @@ from promptevo.segments import PromptSet, apply_edit
 MAX_VALUES = 6
 #: dataset-aggregation rounds
 ROUNDS = 2
+
+
+def lead_word(states: Sequence[LabelledState], vocab: Vocabulary) -> str:
+    """The word the observation lines most often put before a mission thing's name ("a"), or "-"."""
+    seen: Counter[str] = Counter()
+    for s in states:
+        for thing in mission_slots(s.mission, vocab):
+            b = thing_features(s.observation, thing, "x").get("x.before")
+            if b and b != "-":
+                seen[b] += 1
+    return seen.most_common(1)[0][0] if seen else "-"
 
 
 class PhaseOperator:
@@ -90,6 +107,12 @@ class PhaseOperator:
             child = apply_edit(child, rule_edit(child, module, SLOT_WORDS_SEGMENT, ", ".join(words),
                                                 "the words that name things in the observations (fills {slot1}... "
                                                 "per episode)"))
+            child = apply_edit(child, rule_edit(child, module, GRAMMAR_SEGMENT,
+                                                spec_text(phase_grammar(ref.table, fields, phrases,
+                                                                        lead_word(states, ref.vocab))),
+                                                "answer grammar: the phased rule's fields, the copied line closed "
+                                                "to the step's lines naming the mission's things, then one valid "
+                                                "action"))
         except ValueError as e:
             ctx.log.append(f"{self.name}: the rendered rule does not fit the prompt ({e}); no child")
             return []
@@ -99,7 +122,7 @@ class PhaseOperator:
         rec = {"phased": ref.table.to_dict(), "explorer": ref.explorer.to_dict(), "rounds": ref.rounds,
                "heldout_accuracy": first.accuracy, "notes": first.notes, "simulated": {"success": round(sim, 4),
                                                                                       "n": len(seeds)},
-               "rule": rule, "format": fmt, "reply_tokens": {"longest_answer": need, "cap": cap},
+               "rule": rule, "format": fmt, "grammar": True, "reply_tokens": {"longest_answer": need, "cap": cap},
                "fields": [{"label": f.label, "feature": f.feature, "values": f.values} for f in fields],
                "vocabulary": {"structural": sorted(ref.vocab.structural), "words": sorted(ref.vocab.line_words),
                               "leading": sorted(ref.vocab.leading)}}

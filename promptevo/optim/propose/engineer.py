@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.envs.mapf.failures import KNOBS, render_report
 from promptevo.envs.mapf.generator import (
     MAPFConfig,
@@ -22,7 +23,7 @@ from promptevo.envs.mapf.generator import (
     generate_instance,
     make_mapf_config,
 )
-from promptevo.optim.reflect.llm_json import call_json, example_strings, load_template, render_template
+from promptevo.optim.reflect.llm_json import example_strings, load_template, render_template
 from promptevo.segments import PromptFormatError
 
 
@@ -295,8 +296,7 @@ def propose_config(
                                        template_path=template_path)
     except (ValueError, PromptFormatError) as e:
         return keep(f"engineer template unusable: {e}")
-    parsed, raw, err, usage = call_json(
-        gateway, msgs, role="engineer", parse=parse_engineer_reply, temperature=temperature,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="engineer", parse=parse_engineer_reply, temperature=temperature,
         max_tokens=max_tokens, seed=seed, retries=retries, schema=EngineerReply, constrained=constrained,
     )
     info.update(raw=raw, usage=usage, error=err)

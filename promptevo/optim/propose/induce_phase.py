@@ -102,6 +102,10 @@ class PhasedTable:
         """The features this table reads (a :data:`~promptevo.optim.reflect.follower.Featurizer`)."""
         return phase_features(observation, mission, vocab, self.order, self.near, self.fetch)
 
+    def slots(self, mission: str, vocab: Vocabulary) -> list[tuple[str, ...]]:
+        """The mission's things, in the mission's order."""
+        return mission_slots(mission, vocab)
+
     def target_words(self, observation: str, mission: str, vocab: Vocabulary) -> tuple[str, ...]:
         """The words of the thing that is the target in this state (the active slot, or the fetched thing)."""
         return target_of(observation, mission, vocab, self.order, self.fetch)

@@ -18,13 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.agents.base import unknown_placeholders
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.propose.skills import render as render_skills
 from promptevo.optim.reflect.expert import render_clusters
 from promptevo.optim.reflect.analyzer import Analysis, OP_ALIASES
-from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, example_strings, example_target, load_template, render_template
+from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, example_strings, example_target, load_template, render_template
 from promptevo.optim.reflect.render import render_history
 from promptevo.segments import Edit, Prompt, PromptFormatError, PromptSet, Segment, apply_edit, sanitize_text
 
@@ -250,12 +251,12 @@ def edit_parser(
     keep_repair: Callable[[Edit, Edit], bool] = lambda original, fixed: True,
     what: str = "edit",
 ) -> Callable[[Any], list[tuple[Edit, PromptSet]]]:
-    """The ``parse`` callback of :func:`promptevo.analyzer.call_json` for replies listing edits.
+    """The ``parse`` callback of :meth:`promptevo.optim.optimizer_lm.OptimizerLM.json` for replies listing edits.
 
     Each edit is repaired (:func:`repair_edit`; a repair is used when ``keep_repair(original, fixed)``),
     then checked with ``check(prompts, edit, seen) -> (child, reason)``; rejected edits and used repairs
     are appended to ``state["rejected"]`` / ``state["repaired"]``. Raises ValueError (which makes
-    call_json ask again) when no edit is usable.
+    the call ask again) when no edit is usable.
     """
     tried_set = set(tried)
 
@@ -323,8 +324,7 @@ def propose_detailed(
     state: dict[str, list[dict]] = {"rejected": [], "repaired": []}
     parse = edit_parser(prompts, tried_set, check_edit, state)
 
-    parsed, raw, err, usage = call_json(
-        gateway, msgs, role="mutator", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="mutator", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
         schema=MutatorReply, constrained=constrained,
         forbid=example_strings(msgs[0]["content"]),
     )
@@ -371,9 +371,8 @@ class MutateOperator:
         if cfg.skills:
             chosen = game.skill_library().select(game.task.name, game.task.family, parent, k=3)
             skills_text = render_skills(chosen) if chosen else None
-        props = propose_detailed(parent, analysis, game.opt_gw, n=k, history=ctx.proposal.history, tried=ctx.tried,
-                                 env_instructions=game.env_instructions, temperature=cfg.optimizer_temperature,
-                                 max_tokens=cfg.optimizer_max_tokens, seed=ctx.seed, skills=skills_text,
+        props = propose_detailed(parent, analysis, ctx.lm, n=k, history=ctx.proposal.history, tried=ctx.tried,
+                                 env_instructions=game.env_instructions, seed=ctx.seed, skills=skills_text,
                                  expert=render_clusters(evidence.get("expert") or {}))
         ctx.usage["mutator"] = dict(props.usage)
         ctx.record["mutation"] = props.to_dict()

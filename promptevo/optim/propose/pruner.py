@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.agents.base import PLACEHOLDERS as AGENT_PLACEHOLDERS
-from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, call_json, example_strings, load_template, render_template
+from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, example_strings, load_template, render_template
 from promptevo.optim.reflect.render import render_history
 from promptevo.optim.propose.mutator import MutatorReply, Proposals, check_edit, edit_parser
 from promptevo.llm.tokens import count_tokens
@@ -209,8 +210,7 @@ def propose_prunes(
     parse = edit_parser(prompts, seen, lambda ps, e, sn: check_prune(ps, e, sn, prunable_set), state,
                         keep_repair=lambda original, fixed: fixed.op == original.op, what="pruning edit")
 
-    parsed, raw, err, usage = call_json(
-        gateway, msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
         schema=MutatorReply, constrained=constrained, forbid=example_strings(msgs[0]["content"]),
     )
     chosen = list(parsed or [])[:n]
@@ -250,11 +250,9 @@ class PruneOperator:
     summary = "pruning generations: the optimizer deletes or shortens segments the policy no longer needs"
 
     def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
-        cfg, p = ctx.cfg, ctx.proposal
-        props = propose_prunes(parent, ctx.game.opt_gw, n=k, history=p.history, tried=ctx.tried,
-                               stats=p.parent_stats, env_instructions=ctx.game.env_instructions,
-                               temperature=cfg.optimizer_temperature, max_tokens=min(1024, cfg.optimizer_max_tokens),
-                               seed=ctx.seed)
+        p = ctx.proposal
+        props = propose_prunes(parent, ctx.lm, n=k, history=p.history, tried=ctx.tried,
+                               stats=p.parent_stats, env_instructions=ctx.game.env_instructions, seed=ctx.seed)
         before = prompt_tokens(parent)
         ctx.usage["pruner"] = dict(props.usage)
         ctx.record["pruning"] = props.to_dict()

@@ -35,6 +35,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from promptevo.entrypoints import entry_point_names, load_entry_points
 from promptevo.errors import PromptevoError
 from promptevo.optim.adapter import Proposal, ProposalBatch, ProposalContext, optimizer_seed
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.segments import PromptSet
 
 ENTRY_POINT_GROUP = "promptevo.operators"
@@ -79,6 +80,8 @@ class GameServices(Protocol):
     cfg: Any
     task: Any
     opt_gw: Any
+    #: the optimizer LLM every operator's call goes through (optional: made from ``opt_gw`` and ``cfg``)
+    opt_lm: Any
     env_factory: Callable[[Any], Any]
 
     @property
@@ -127,6 +130,16 @@ class OperatorContext:
     def seed(self) -> int:
         """The optimizer LLM's sampling seed for this generation."""
         return optimizer_seed(self.cfg.seed, self.proposal.generation)
+
+    @property
+    def lm(self) -> OptimizerLM:
+        """The run's optimizer LLM (the game's ``opt_lm``; one made from its gateway and settings where the
+        game has none)."""
+        lm = getattr(self.game, "opt_lm", None)
+        if lm is None:
+            lm = self.cache.get("optimizer-lm") or OptimizerLM.from_config(self.game.opt_gw, self.cfg)
+            self.cache["optimizer-lm"] = lm
+        return lm
 
     def first_call(self, operator: str) -> bool:
         """True the first time ``operator`` asks in this generation (operators that make one child per

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from promptevo.agents.answer_fields import LINE_FIELD
 from promptevo.optim.propose.induce import RuleTable, Split
 from promptevo.optim.propose.induce_phase import PhasedTable
 from promptevo.optim.reflect.features import NONE, PLACEHOLDER
@@ -59,7 +60,7 @@ def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2) 
         second = "{slot1}"
     carry = ph["carry_label"]
     target = ph["target_label"]
-    fields = [PhaseField(carry, ph["carry_ask"].format(label=carry), "carry")]
+    fields = [PhaseField(carry, ph["carry_ask"].format(label=carry, first="{slot1}", second="{slot2}"), "carry")]
     if table.order.word:
         ask = ph["target_ask_order"].format(label=target, word=table.order.word, first=first, second=second, carry=carry)
     else:
@@ -135,6 +136,29 @@ def _rows(t: RuleTable, cond, r: dict, line_label: str) -> list[str]:
     return out
 
 
+def phase_grammar(table: PhasedTable, fields: list[PhaseField], phrases: dict, lead: str,
+                  slot_count: int = 2) -> list[tuple[str, list[str] | None]]:
+    """The ``answer-grammar`` fields of a phased rendering: what is carried and the target closed to the
+    mission's things (``{slot1}``...; "something else"), the copied line closed to this step's lines that
+    start by naming one of them (``lead``: the word lines put before a thing's name, learnt from the data;
+    a fetched thing's line: any of the step's lines), the other fields to their values."""
+    ph = phrases["phase"]
+    slots = [f"{{slot{k}}}" for k in range(1, slot_count + 1)]
+    prefix = f"{lead} " if lead and lead != "-" else ""
+    out: list[tuple[str, list[str] | None]] = []
+    for f in fields:
+        if f.feature == "carry":
+            out.append((f.label, [ph["nothing"], *slots, ph["something_else"]]))
+        elif f.feature == "target":
+            out.append((f.label, ([" ".join(table.fetch.own)] if table.fetch else []) + slots))
+        elif f.feature == "a.line":
+            lines = [LINE_FIELD] if table.fetch else [f"{prefix}{s} {LINE_FIELD}" for s in slots]
+            out.append((f.label, [NONE, *lines]))
+        else:
+            out.append((f.label, f.values))
+    return out
+
+
 def render_phase(table: PhasedTable, phrases: dict, explorer: Explorer | None = None, *,
                  action_tag: str = "<|ACTION|>the action<|END|>") -> tuple[str, str, list[PhaseField]]:
     """``(rule text, answer-format text, fields)``; with an explorer, its action replaces the tables'
@@ -151,4 +175,4 @@ def _with_none(t: RuleTable, explorer: Explorer) -> RuleTable:
     return RuleTable(t.root, dict(t.branches), t.default, explorer.describe())
 
 
-__all__ = ["PhaseField", "at_value", "render_phase", "render_phase_fields"]
+__all__ = ["PhaseField", "at_value", "phase_grammar", "render_phase", "render_phase_fields"]

@@ -30,11 +30,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.reflect.features import tokens
-from promptevo.optim.reflect.llm_json import call_json, example_strings, load_template, render_template
+from promptevo.optim.reflect.llm_json import example_strings, load_template, render_template
 from promptevo.segments import PromptSet, apply_edit
 
 NEAR_DUPLICATE = 0.85
@@ -125,7 +126,7 @@ def build_messages(cluster: dict, actions: str, tried: Sequence[str]) -> list[di
 
 
 def write_rules(clusters: Sequence[dict], gateway: Any, *, actions: str, tried: Sequence[str], samples: int = 3,
-                max_clusters: int = 2, temperature: float | None = 0.8, max_tokens: int = 256,
+                max_clusters: int = 2, temperature: float | None = None, max_tokens: int | None = None,
                 seed: int = 0) -> RuleRound:
     """Ask for ``samples`` rules per cluster (the largest ``max_clusters`` clusters where some line names the
     mission's things) and check each (:func:`check_rule`)."""
@@ -136,7 +137,7 @@ def write_rules(clusters: Sequence[dict], gateway: Any, *, actions: str, tried: 
         msgs = build_messages(cluster, actions, seen)
         forbid = example_strings(msgs[0]["content"])
         for k in range(samples):
-            reply, _raw, err, usage = call_json(gateway, msgs, role="rules", parse=lambda o: RuleReply.model_validate(o),
+            reply, _raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="rules", parse=lambda o: RuleReply.model_validate(o),
                                                 temperature=temperature, max_tokens=max_tokens, schema=RuleReply,
                                                 seed=seed * 100 + ci * 10 + k, retries=0)
             for key in out.usage:
@@ -182,8 +183,8 @@ class RulesOperator:
             actions = env.action_space().describe()
         finally:
             env.close()
-        rnd = write_rules(clusters, game.opt_gw, actions=actions, tried=tried, samples=ctx.cfg.rule_samples,
-                          temperature=ctx.cfg.optimizer_temperature, seed=ctx.seed)
+        rnd = write_rules(clusters, ctx.lm, actions=actions, tried=tried, samples=ctx.cfg.rule_samples,
+                          seed=ctx.seed)
         ctx.record["rules"] = rnd.to_dict()
         ctx.usage["rules"] = dict(rnd.usage)
         module = acting_module(parent)

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.optim.reflect.llm_json import (
-    call_json,
     example_strings,
     example_target,
     fit_to_budget,
     load_template,
     load_template_segment,
-    prompt_budget,
     render_template,
 )
 from promptevo.optim.reflect.render import (
@@ -174,7 +173,7 @@ def build_analyzer_messages(
     By default the user message shows raw trajectories of :func:`select_episodes`. With ``evidence``
     (the text of :meth:`promptevo.cards.CardSet.render`, or a CardSet) the episodes section is replaced
     by those evidence cards, and the seeds covered are all seeds of ``results``.
-    ``max_prompt_tokens`` (see :func:`prompt_budget`): raw trajectories are shortened until the
+    ``max_prompt_tokens`` (see :meth:`~promptevo.optim.optimizer_lm.OptimizerLM.prompt_budget`): raw trajectories are shortened until the
     estimated prompt fits.
     """
     if evidence is None and max_prompt_tokens:
@@ -292,13 +291,11 @@ def analyze(
         max_steps_shown=max_steps_shown,
         template_path=template_path,
         evidence=evidence,
-        max_prompt_tokens=prompt_budget(gateway, max_tokens),
+        max_prompt_tokens=OptimizerLM.of(gateway).prompt_budget("analyzer", max_tokens),
         signatures=signatures,
-        count=getattr(gateway, "count_tokens", None),
+        count=OptimizerLM.of(gateway).count_tokens,
     )
-    parsed, raw, err, usage = call_json(
-        gateway,
-        msgs,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs,
         role="analyzer",
         parse=AnalysisReply.model_validate,
         temperature=temperature,

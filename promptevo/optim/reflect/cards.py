@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from promptevo.optim.reflect.llm_json import call_json, example_strings, fit_to_budget, load_template, prompt_budget, render_template
+from promptevo.optim.optimizer_lm import OptimizerLM
+from promptevo.optim.reflect.llm_json import example_strings, fit_to_budget, load_template, render_template
 from promptevo.optim.reflect.render import field_of, flat, render_episode, stats_line
 
 SUCCESS = "success"
@@ -507,7 +508,7 @@ def build_cards(
     ``prompts`` (the PromptSet the episodes were played with) is only recorded by its fingerprint: the
     cards describe behaviour; the analyzer attributes it to segments. Never raises on a bad reply (the
     cards then carry texts built from the statistics, ``ok=False``); LLM configuration errors (missing
-    key, unknown model) are re-raised, as in :func:`promptevo.analyzer.call_json`.
+    key, unknown model) are re-raised, as in :meth:`promptevo.optim.optimizer_lm.OptimizerLM.json`.
     """
     results = list(results)
     fingerprint = prompts.fingerprint() if hasattr(prompts, "fingerprint") else ""
@@ -519,10 +520,8 @@ def build_cards(
         lambda k, oc: build_cards_messages(results, env_instructions=env_instructions, max_steps_shown=k,
                                            obs_chars=oc, template_path=template_path, groups=groups),
         [(max_steps_shown, obs_chars), (max(4, max_steps_shown // 2), min(obs_chars, 80)), (4, 60)],
-        prompt_budget(gateway, max_tokens), getattr(gateway, "count_tokens", None))
-    parsed, raw, err, usage = call_json(
-        gateway,
-        msgs,
+        OptimizerLM.of(gateway).prompt_budget("cards", max_tokens), OptimizerLM.of(gateway).count_tokens)
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs,
         role="cards",
         parse=_parser(groups),
         temperature=temperature,

@@ -16,6 +16,8 @@ from promptevo.optim.reflect.features import NONE, PLACEHOLDER, defined, find, o
 from promptevo.optim.reflect.phases import NOTHING, is_status
 
 CLASSES = ("correct", "perception", "lookup", "format")
+#: the value of "what you carry" for a thing the mission does not name (the phrase file's ``something_else``)
+SOMETHING_ELSE = "something else"
 _EMPTY = {"", "none", "nothing", "-"}
 
 
@@ -34,13 +36,15 @@ def step_truth(observation: str, mission: str, table: Any, vocab: Any, fields: S
     a target is its words; a copied line is the line itself ("none" without one)."""
     feats = table.featurize(observation, mission, vocab)
     body = [ln for ln in observation_lines(observation) if not is_status(tokens(ln), vocab)]
-    status = [ln for ln in observation_lines(observation) if is_status(tokens(ln), vocab)]
     target = table.target_words(observation, mission, vocab)
     truth: dict[str, str] = {}
     for f in fields:
         feat, label = f["feature"], f["label"]
         if feat == "carry":
-            truth[label] = NOTHING if feats.get("carry") == NOTHING else _norm(status[0] if status else "")
+            c = feats.get("carry")
+            slots = table.slots(mission, vocab)
+            truth[label] = (NOTHING if c == NOTHING else " ".join(slots[int(c) - 1]) if c and c.isdigit()
+                            else SOMETHING_ELSE)
         elif feat == "target":
             truth[label] = " ".join(target)
         elif feat == "a.line":
@@ -63,7 +67,9 @@ def _right(feature: str, wrote: str | None, true: str) -> bool:
     if feature == "carry":
         if true == NOTHING:
             return w in _EMPTY
-        return bool(w) and w not in _EMPTY and all(x in true.split() for x in w.split() if x not in ("a", "an", "the"))
+        if true == SOMETHING_ELSE:
+            return w == SOMETHING_ELSE
+        return all(x in w.split() for x in true.split())
     if feature == "target":
         return bool(true) and all(x in w.split() for x in true.split())
     if feature == "a.line":
