@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from promptevo.optim.evidence import Evidence
 from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
 from promptevo.evaluation.statistics import call_cost, cost_comparison, summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
@@ -388,7 +389,7 @@ class Engine:
             if (why := self.budget_exceeded()):
                 return why
             self.emit("phase", generation=g, text="proposing")
-            evidence = read_json(self.run_dir / rec.evidence)
+            evidence = Evidence.of(read_json(self.run_dir / rec.evidence))
             self.propose_children(g, rec, parent, evidence)
             self.checkpoint()
 
@@ -421,7 +422,7 @@ class Engine:
                   promoted=bool((rec.gate or {}).get("promoted")))
         return None
 
-    def propose_children(self, g: int, rec: GenerationRecord, parent: Candidate, evidence: dict) -> None:
+    def propose_children(self, g: int, rec: GenerationRecord, parent: Candidate, evidence: Evidence) -> None:
         st, cfg = self.state, self.cfg
         tried = {c.fingerprint for c in st.candidates.values()}
         archive = [(c.id, c.prompt_set()) for c in st.candidates.values()

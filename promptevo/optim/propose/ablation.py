@@ -9,6 +9,7 @@ then raced on fresh training seeds like any other.
 
 from __future__ import annotations
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.pruner import prunable_segments
 from promptevo.optim.propose.registry import OperatorContext, register_operator
@@ -28,13 +29,13 @@ class AblationOperator:
     summary = ("counterfactual ablation: the parent played without each of a few segments on evidence seeds; "
                "segments whose removal cost nothing are deleted")
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         p = ctx.proposal
         if p.evaluate is None or not p.evidence_seeds:
             return []
         candidates = prunable_segments(parent)
         hurt = []
-        for a in ((evidence.get("analysis") or {}).get("attributions") or []):
+        for a in ((Evidence.of(evidence).analysis or {}).get("attributions") or []):
             if a.get("effect") == "hurt" and a.get("segment"):
                 hurt.append((a["module"], a["segment"]))
         tried_del = {((h.get("edit") or {}).get("module"), (h.get("edit") or {}).get("segment"))

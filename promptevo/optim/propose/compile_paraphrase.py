@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, rule_edit
 from promptevo.optim.propose.compile_fold import FoldOperator
@@ -60,7 +61,7 @@ class ParaphraseOperator:
     summary = ("the optimizer LLM rewords the induced rule (the parent's, else this generation's compile-fold "
                "rendering); kept only if every value and action of the table is still there")
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         if not ctx.first_call(self.name):  # one child per generation
             return []
         module = acting_module(parent)

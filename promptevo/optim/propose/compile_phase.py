@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from promptevo.optim.evidence import Evidence
 from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, spec_text
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import rule_edit
@@ -33,7 +34,7 @@ from promptevo.optim.propose.induce_phase import induce_phased
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.propose.render_phase import phase_grammar, render_phase
 from promptevo.optim.propose.render_table import load_phrases
-from promptevo.optim.reflect.expert import LabelledState, states_of
+from promptevo.optim.reflect.expert import LabelledState
 from promptevo.optim.reflect.features import Vocabulary, mission_slots, thing_features, thing_words
 from promptevo.optim.reflect.follower import play, refine, success_rate
 from promptevo.segments import PromptSet, apply_edit
@@ -62,14 +63,14 @@ class PhaseOperator:
     summary = ("a phase-rooted rule fitted to the expert (what you carry picks the target and the table; "
                "obstacle rows), refined with the program follower, rendered with closed fields")
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         if not ctx.first_call(self.name):  # one child per generation
             return []
-        expert = evidence.get("expert") or {}
-        if not expert.get("available"):
+        ev = Evidence.of(evidence)
+        if not ev.has_expert:
             ctx.log.append(f"{self.name}: no expert for this game; no child")
             return []
-        states = states_of(expert)
+        states = ev.expert_states
         game = ctx.game
         seeds = list(dict.fromkeys(s.seed for s in states if s.agent is None))[:EXPLORER_SEEDS]
         if not states or not seeds:

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.propose.reply_cap import reply_fits
-from promptevo.optim.reflect.expert import LabelledState, states_of
+from promptevo.optim.reflect.expert import LabelledState
 from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, spec_text
 from promptevo.optim.reflect.follower import Explorer, choose_explorer, play, success_rate
 from promptevo.optim.reflect.features import (
@@ -82,19 +83,19 @@ def _parent_table(ctx: OperatorContext) -> tuple[RuleTable, Explorer | None] | N
     return None
 
 
-def generation_induction(evidence: dict, ctx: OperatorContext) -> tuple[Induction | None, Explorer | None, dict]:
+def generation_induction(evidence: Evidence | dict, ctx: OperatorContext) -> tuple[Induction | None, Explorer | None, dict]:
     """This generation's induced table, fitted once and shared by ``induce`` and the compile operators:
     (the induction, the "no line" explorer chosen by simulating the candidates with the program follower on
     the expert-played training seeds, the record). No table (None and a ``reason`` in the record) when no
     expert, no useful fit, or a refit whose simulated success is below the parent's table."""
     if "induction" in ctx.cache:
         return ctx.cache["induction"]
-    expert = evidence.get("expert") or {}
-    if not expert.get("available"):
+    ev = Evidence.of(evidence)
+    if not ev.has_expert:
         out: tuple = (None, None, {"reason": "no expert for this game"})
         ctx.cache["induction"] = out
         return out
-    states = states_of(expert)
+    states = ev.expert_states
     ind = induce(states)
     record = ind.to_dict()
     explorer = None
@@ -184,7 +185,7 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
                        "row of the table (a constant explorer whose action a value gives); no child")
         return []
     _, fmt = render(ind.table, phrases, how=how)
-    checked = answer_format_edit(parent, ctx, operator, fields, fmt, states_of(evidence.get("expert") or {}),
+    checked = answer_format_edit(parent, ctx, operator, fields, fmt, Evidence.of(evidence).expert_states,
                                  "the answer fields the induced rule reads")
     if checked is None:
         return []
@@ -198,18 +199,18 @@ def compile_child(parent: PromptSet, ctx: OperatorContext, evidence: dict, opera
             # the words of the things the expert's missions name (never "and", "left"... of the lines)
             if "resets" not in ctx.cache:  # once per generation, shared by the compile operators
                 ctx.cache["resets"] = reset_states(ctx.game, ctx.game.task.seed_list("train")[:WORD_SEEDS])
-            words = sorted(thing_words([*states_of(evidence.get("expert") or {}), *ctx.cache["resets"]], ind.vocab))
+            words = sorted(thing_words([*Evidence.of(evidence).expert_states, *ctx.cache["resets"]], ind.vocab))
             child = apply_edit(child, rule_edit(child, module, SLOT_WORDS_SEGMENT, ", ".join(words),
                                                 "the words that name things in the observations (fills {slot1}... "
                                                 "per episode)"))
         if grammar:
             child = apply_edit(child, rule_edit(child, module, GRAMMAR_SEGMENT,
-                                                spec_text(grammar_fields(fields, states_of(evidence.get("expert") or {}),
+                                                spec_text(grammar_fields(fields, Evidence.of(evidence).expert_states,
                                                                          ind.vocab, how.slots, lines, bind)),
                                                 "answer grammar: the induced fields and their values, then one "
                                                 "valid action"))
         if demos > 0:
-            chosen = demonstrations(states_of(evidence.get("expert") or {}), ind.table, explorer, ind.vocab, demos)
+            chosen = demonstrations(Evidence.of(evidence).expert_states, ind.table, explorer, ind.vocab, demos)
             if chosen:
                 child = apply_edit(child, rule_edit(child, module, DEMO_SEGMENT,
                                                     demo_text(chosen, fields, ind.table, ind.vocab, phrases, explorer),
@@ -247,7 +248,7 @@ class CompileOperator:
     bind = False
     demos = 0
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         if not ctx.first_call(self.name):  # one child per generation, however many slots are free
             return []
         return compile_child(parent, ctx, evidence, self.name, self.how, grammar=self.grammar, demos=self.demos,

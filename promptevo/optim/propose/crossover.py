@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.segments import Prompt, PromptSet, Segment
@@ -73,7 +74,7 @@ class CrossoverOperator:
     reads = ("archive",)
     summary = "a segment-wise mix of the parent and an accepted candidate of another lineage"
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         p = ctx.proposal
         return [Proposal(child, "crossover", None, {"parents": [p.archive_parent, other]})
                 for other, child in propose_crossovers(parent, p.archive, parent_id=p.archive_parent, n=k,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from promptevo.optim.evidence import Evidence
 from promptevo.errors import PromptevoError
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
@@ -196,11 +197,11 @@ class HintsOperator:
     summary = ("one rule per child from the person-written hint library (prompts/hints/<family>.toml or --hints); "
                "off in any claim about the optimizer")
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         lib = ctx.game.hint_library()
         tried_hints = {((h.get("source") or {}).get("hint")) for h in ctx.proposal.history}
         tried_hints |= {(p.source or {}).get("hint") for p in ctx.batch.proposals}
-        sig_kinds = [s["kind"] for s in evidence.get("signatures", [])]
+        sig_kinds = [s["kind"] for s in Evidence.of(evidence).signatures]
         return [Proposal(child, "hint", edit.to_dict(), {"hint": hint.id, "author": "person"})
                 for hint, edit, child in propose_hints(parent, lib, task=ctx.game.task.name, n=k, tried=ctx.tried,
                                                        signature_kinds=sig_kinds, skip=tried_hints)]

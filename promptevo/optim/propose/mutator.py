@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.agents.base import unknown_placeholders
 from promptevo.optim.adapter import Proposal
@@ -364,16 +365,17 @@ class MutateOperator:
     summary = ("the optimizer LLM rewrites, adds or deletes one segment per child (JSON schema); fills the slots "
                "the other operators leave")
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         game, cfg = ctx.game, ctx.cfg
-        analysis = Analysis.model_validate(evidence["analysis"]) if evidence.get("analysis") else None
+        ev = Evidence.of(evidence)
+        analysis = Analysis.model_validate(ev.analysis) if ev.analysis else None
         skills_text = None
         if cfg.skills:
             chosen = game.skill_library().select(game.task.name, game.task.family, parent, k=3)
             skills_text = render_skills(chosen) if chosen else None
         props = propose_detailed(parent, analysis, ctx.lm, n=k, history=ctx.proposal.history, tried=ctx.tried,
                                  env_instructions=game.env_instructions, seed=ctx.seed, skills=skills_text,
-                                 expert=render_clusters(evidence.get("expert") or {}))
+                                 expert=render_clusters(ev.expert or {}))
         ctx.usage["mutator"] = dict(props.usage)
         ctx.record["mutation"] = props.to_dict()
         out = []

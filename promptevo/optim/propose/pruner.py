@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.agents.base import PLACEHOLDERS as AGENT_PLACEHOLDERS
 from promptevo.optim.reflect.llm_json import PROTECTED_SEGMENTS, example_strings, load_template, render_template
@@ -249,7 +250,7 @@ class PruneOperator:
     reads = ()
     summary = "pruning generations: the optimizer deletes or shortens segments the policy no longer needs"
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         p = ctx.proposal
         props = propose_prunes(parent, ctx.lm, n=k, history=p.history, tried=ctx.tried,
                                stats=p.parent_stats, env_instructions=ctx.game.env_instructions, seed=ctx.seed)

@@ -35,6 +35,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from promptevo.entrypoints import entry_point_names, load_entry_points
 from promptevo.errors import PromptevoError
 from promptevo.optim.adapter import Proposal, ProposalBatch, ProposalContext, optimizer_seed
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.segments import PromptSet
 
@@ -168,7 +169,7 @@ class Operator(Protocol):
     reads: Sequence[str]
     summary: str
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]: ...
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]: ...
 
 
 _OPERATORS: dict[str, Operator] = {}

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.optimizer_lm import OptimizerLM
 from promptevo.optim.adapter import Proposal
 from promptevo.optim.propose.answer_format import acting_module, format_rewrite, rule_edit
@@ -167,10 +168,10 @@ class RulesOperator:
     summary = ("the optimizer LLM writes one rule per disagreement cluster with the game's expert (schema-forced, "
                "instance-specific and already-tried rules dropped)")
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         if "rules" in ctx.record:
             return []
-        clusters = (evidence.get("expert") or {}).get("clusters") or []
+        clusters = Evidence.of(evidence).clusters
         if not clusters:
             ctx.record["rules"] = {"note": "no disagreement clusters"}
             ctx.log.append("rules: no disagreement clusters with the expert (no expert, or the agent agrees); no child")

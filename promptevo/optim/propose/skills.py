@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from promptevo.optim.evidence import Evidence
 from promptevo.errors import PromptevoError
 from promptevo.fileio import write_json_atomic
 from promptevo.optim.adapter import Proposal
@@ -438,7 +439,7 @@ class SkillsOperator:
     reads = ()
     summary = "a rule kept in the rule bank (--skills) by an earlier run, with the answer format it needs"
 
-    def propose(self, parent: PromptSet, evidence: dict, ctx: OperatorContext, k: int) -> list[Proposal]:
+    def propose(self, parent: PromptSet, evidence: Evidence, ctx: OperatorContext, k: int) -> list[Proposal]:
         lib = ctx.game.skill_library()
         task = ctx.game.task
         out = []
