@@ -335,22 +335,20 @@ def report_cmd(ctx: typer.Context) -> None:
 
 def main() -> None:
     """Entry point. Command-line usage errors (unknown option, a flag value of the wrong type or out of
-    range) are printed as one line naming the flag, exit code 2, like every other user error."""
-    try:  # recent typer vendors click as typer._click (Abort lives in typer.exceptions)
-        from typer._click.exceptions import ClickException  # type: ignore[import-not-found]
-        from typer.exceptions import Abort  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - older typer on top of click
-        from click.exceptions import Abort, ClickException
-
+    range) are printed as one line naming the flag, exit code 2, like every other user error. They are
+    recognised by their interface (``format_message()`` and ``exit_code``), not by a class imported from
+    the framework's private modules."""
     try:
         rv = app(standalone_mode=False)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         sys.exit(130)
-    except Abort:
+    except typer.Abort:
         err_console.print("[yellow]interrupted[/]")
         sys.exit(130)
-    except ClickException as e:
+    except Exception as e:  # noqa: BLE001 - a usage error of the CLI framework, by its interface
+        if not (callable(getattr(e, "format_message", None)) and hasattr(e, "exit_code")):
+            raise
         if type(e).__name__ == "NoArgsIsHelpError":  # the help text has been printed already
             sys.exit(e.exit_code)
         ctx = getattr(e, "ctx", None)
