@@ -303,3 +303,18 @@ def test_an_expert_that_raises_mid_episode_gets_one_line_and_the_rest_is_fitted(
     ref = refine(TASK, fit, half, CarryEnv.ACTIONS, list(range(400, 406)), env_factory=env_factory, rounds=1)
     assert ref.problem and ref.problem.startswith("the expert could not label") and "RuntimeError: planner crashed" in ref.problem
     assert ref.table is not None and "0" in ref.table.tables
+
+
+def test_the_grammar_offers_only_the_lines_naming_the_target_written():
+    from promptevo.agents.answer_fields import grammar_of
+
+    spec = "\n".join(["Carrying: nothing | red ball | blue box | something else", "Target: red ball | blue box",
+                      "Line: none | a red ball <line> | a blue box <line>",
+                      "Last word: forward | left | right | none | <last word>",
+                      "At 1 step forward: target | something else | nothing", "<|ACTION|>"])
+    g = grammar_of(spec, 'action ::= "go forward"', "a wall 2 steps left\na blue box 3 steps forward\na red ball 1 step left")
+    root = g.splitlines()[0]
+    # after "Target: red ball" only the red ball's line (or none); its last word is written by the grammar
+    assert '"Target: " "red ball" "\\n" "Line: " "a red ball 1 step left" "\\n" "Last word: " "left"' in root
+    assert '"Target: " "red ball" "\\n" "Line: " "a blue box' not in root
+    assert '"Target: " "blue box" "\\n" "Line: " "none" "\\n" "Last word: " f3n' in root and 'f3n ::= "none"' in g

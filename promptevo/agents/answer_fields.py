@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from promptevo.envs.base import gbnf_literal
 
@@ -117,7 +117,10 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     folds: dict[str, str] = {}  # label -> what the field holds after a "none" line
     bound: dict[int, tuple[str, list[str]]] = {}  # field index -> (what of the copied line it holds, its values)
     offered: list[tuple[str, str]] = []  # (prefix, line) a <line> value offers
+    raw: list[list[str] | None] = []  # each field's values as written (None: copied text)
+    by_prefix: dict[int, dict[str, list[str]]] = {}  # copied-line field -> prefix -> the lines it offers
     for label, values in parse_spec(spec):
+        raw.append(values)
         if values is None:
             fields.append((label, [text], True))
             continue
@@ -135,6 +138,7 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
                     found = observation_lines(observation, prefix)
                     offered += [(prefix, ln) for ln in found]
                     alts += [gbnf_literal(ln) for ln in found]
+                    by_prefix.setdefault(len(fields), {})[prefix] = list(found)
             elif v.endswith(" " + FOLD_MARK):
                 folds[label] = gbnf_literal(v[: -len(FOLD_MARK)].strip())
                 alts.append(folds[label])
@@ -175,6 +179,8 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
                 names += [gbnf_literal(f"{label}: "), f"f{i}{tag}", '"\\n"']
             body.append("(" + " ".join(names) + ")")
         fields_rule = "(" + " | ".join(body) + ")"
+    elif (sel := _selector(fields, raw, by_prefix)) is not None:
+        fields_rule = _selected(fields, raw, by_prefix, sel, after_none, none, rules, bound)
     else:
         names = []
         for i, (label, alts, _) in enumerate(fields):
@@ -184,6 +190,56 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     root = "root ::= " + " ".join(([fields_rule] if fields else []) + [gbnf_literal("<|ACTION|>"), "action",
                                                                        gbnf_literal("<|END|>")])
     return "\n".join([root] + rules) + "\n" + action_rules
+
+
+def _selector(fields: Sequence[tuple[str, list[str], bool]], raw: Sequence[list[str] | None],
+              by_prefix: dict[int, dict[str, list[str]]]) -> int | None:
+    """The index of a closed field whose values each name the thing of one prefix of the copied-line
+    field right after it ("Target: red ball | blue box" then "Line: none | a red ball <line> | a blue box
+    <line>"), so that the line offered can follow the value written; None when there is no such pair."""
+    for i in range(len(fields) - 1):
+        vals, prefixes = raw[i], by_prefix.get(i + 1)
+        if not vals or fields[i][2] or not prefixes or len(prefixes) < 2:
+            continue
+        if all(any(p == v or p.endswith(" " + v) for v in vals) for p in prefixes):
+            return i
+    return None
+
+
+def _selected(fields: Sequence[tuple[str, list[str], bool]], raw: Sequence[list[str] | None],
+              by_prefix: dict[int, dict[str, list[str]]], sel: int, after_none: Callable[[str, list[str]], list[str]],
+              none: str, rules: list[str], bound: dict[int, tuple[str, list[str]]]) -> str:
+    """The fields rule where field ``sel`` selects the copied line's prefix: after each of its values the
+    line is "none" or one of the step's lines naming that value, and the fields after the line are "none"
+    exactly when it is (as for a first-field line); a bound field after the line holds that line's own
+    word(s). Appends the field rules to ``rules``."""
+    head, line_i = fields[:sel], sel + 1
+    names = []
+    for i, (label, alts, _) in enumerate(head):
+        rules.append(f"f{i} ::= " + " | ".join(alts))
+        names += [gbnf_literal(f"{label}: "), f"f{i}", '"\\n"']
+    tail = list(enumerate(fields[line_i + 1:], line_i + 1))
+    for tag in "ny":
+        for j, (label, alts, _) in tail:
+            use = after_none(label, alts) if tag == "n" else ([a for a in alts if a != none] or alts)
+            rules.append(f"f{j}{tag} ::= " + " | ".join(use))
+    sel_label, line_label = fields[sel][0], fields[line_i][0]
+
+    def branch(v: str, line: str, tag: str, prefix: str | None) -> str:
+        part = [gbnf_literal(f"{sel_label}: "), gbnf_literal(v), '"\\n"', gbnf_literal(f"{line_label}: "),
+                none if prefix is None else gbnf_literal(line), '"\\n"']
+        for j, (label, _, _) in tail:
+            value = bound_value(bound[j][0], line, prefix, bound[j][1]) if (prefix is not None and j in bound) else None
+            part += [gbnf_literal(f"{label}: "), gbnf_literal(value) if value else f"f{j}{tag}", '"\\n"']
+        return "(" + " ".join(part) + ")"
+
+    branches = []
+    for v in raw[sel] or []:
+        branches.append(branch(v, "", "n", None))
+        for p, found in by_prefix[line_i].items():
+            if p == v or p.endswith(" " + v):
+                branches += [branch(v, ln, "y", p) for ln in found]
+    return " ".join(names + ["(" + " | ".join(branches) + ")"])
 
 
 def bound_value(what: str, line: str, prefix: str, values: Sequence[str]) -> str | None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from promptevo.agents.answer_fields import LINE_FIELD
+from promptevo.agents.answer_fields import BOUND_WORDS, LINE_FIELD
 from promptevo.optim.propose.induce import RuleTable, Split
 from promptevo.optim.propose.induce_phase import PhasedTable
 from promptevo.optim.reflect.features import NONE, PLACEHOLDER
 from promptevo.optim.reflect.follower import Explorer
 from promptevo.optim.reflect.phases import NOTHING, OTHER
 
+#: the grammar's bound marks by the part of the copied line a field holds ("<last word>" ...)
+_MARKS = {v: k for k, v in BOUND_WORDS.items()}
 #: the values of an ``at:<position>`` field as the agent writes them (the phrase file's ``at_values``)
 _AT = {"a": 0, OTHER: 1, NOTHING: 2}
 
@@ -141,7 +143,9 @@ def phase_grammar(table: PhasedTable, fields: list[PhaseField], phrases: dict, l
     """The ``answer-grammar`` fields of a phased rendering: what is carried and the target closed to the
     mission's things (``{slot1}``...; "something else"), the copied line closed to this step's lines that
     start by naming one of them (``lead``: the word lines put before a thing's name, learnt from the data;
-    a fetched thing's line: any of the step's lines), the other fields to their values."""
+    a fetched thing's line: any of the step's lines) and, after the target is written, to the lines naming
+    it; the fields that report a part of the line are bound to it (its last word, the words after the
+    name); the other fields to their values."""
     ph = phrases["phase"]
     slots = [f"{{slot{k}}}" for k in range(1, slot_count + 1)]
     prefix = f"{lead} " if lead and lead != "-" else ""
@@ -155,7 +159,9 @@ def phase_grammar(table: PhasedTable, fields: list[PhaseField], phrases: dict, l
             lines = [LINE_FIELD] if table.fetch else [f"{prefix}{s} {LINE_FIELD}" for s in slots]
             out.append((f.label, [NONE, *lines]))
         else:
-            out.append((f.label, f.values))
+            kind = f.feature.split(".", 1)[1] if f.feature.startswith("a.") else ""
+            mark = _MARKS.get("after" if kind == "rest" else kind)
+            out.append((f.label, (f.values or []) + [mark] if (mark and f.values) else f.values))
     return out
 
 
