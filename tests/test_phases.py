@@ -318,3 +318,16 @@ def test_the_grammar_offers_only_the_lines_naming_the_target_written():
     assert '"Target: " "red ball" "\\n" "Line: " "a red ball 1 step left" "\\n" "Last word: " "left"' in root
     assert '"Target: " "red ball" "\\n" "Line: " "a blue box' not in root
     assert '"Target: " "blue box" "\\n" "Line: " "none" "\\n" "Last word: " f3n' in root and 'f3n ::= "none"' in g
+
+
+def test_an_at_field_is_bound_to_what_stands_there():
+    from promptevo.agents.answer_fields import grammar_of
+
+    spec = "\n".join(["Target: red ball | blue box", "Line: none | a red ball <line> | a blue box <line>",
+                      "At 1 step forward: target | something else | nothing | <at 1 step forward>", "<|ACTION|>"])
+    g = grammar_of(spec, 'action ::= "go forward"', "a wall 1 step forward\na blue box 2 steps left and 1 step forward")
+    root = g.splitlines()[0]
+    assert root.count('"At 1 step forward: " "something else"') == 3  # the wall, whatever the target
+    g2 = grammar_of(spec, 'action ::= "go forward"', "a red ball 1 step forward")
+    assert '"Line: " "a red ball 1 step forward" "\\n" "At 1 step forward: " "target"' in g2.splitlines()[0]
+    assert '"Target: " "blue box" "\\n" "Line: " "none" "\\n" "At 1 step forward: " "something else"' in g2.splitlines()[0]

@@ -12,7 +12,10 @@ prompt, exported and reported like any other segment, so such an edit is never h
   a value ending in ``(if none)`` is what the field holds after a "none" line, e.g. ``Last word: forward |
   left | right | left (if none)``; a value ``<last word>``, ``<first word>`` or ``<words after the name>``
   binds the field to the copied line: after each of the step's lines the grammar offers only that line's
-  own word(s), so the agent chooses the line and the grammar writes them), and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
+  own word(s), so the agent chooses the line and the grammar writes them; after a field that selects the
+  copied line's thing, a value ``<at POSITION>`` binds the field to what stands at that position in the
+  observation: its first value for the selected thing's line, its second for another line, its third for
+  none), and a last line ``<|ACTION|>``. Slots are filled from the episode's mission before compiling. Where the agent decodes with
   a grammar (``local/`` models), :func:`grammar_of` compiles it to GBNF so a reply is always these
   fields in this order, then one valid action: always parseable and short.
 * ``slot-words`` - the words that name things in this game's observations, comma separated. A prompt's
@@ -48,6 +51,8 @@ FOLD_MARK = "(if none)"
 #: one of the field's values, else "other" (``Last word: forward | left | right | <last word>``; needs a
 #: ``<line>`` value in the first field)
 BOUND_WORDS = {"<first word>": "first", "<last word>": "last", "<words after the name>": "after"}
+#: a value ``<at POSITION>``: the field holds what stands at that position (the target, something else, nothing)
+AT_MARK = "<at "
 #: longest copied line a grammar allows (characters)
 TEXT_CHARS = 100
 #: what a slot reads when the mission does not name that many things
@@ -118,6 +123,7 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
     bound: dict[int, tuple[str, list[str]]] = {}  # field index -> (what of the copied line it holds, its values)
     offered: list[tuple[str, str]] = []  # (prefix, line) a <line> value offers
     raw: list[list[str] | None] = []  # each field's values as written (None: copied text)
+    at_bound: dict[int, tuple[str, list[str]]] = {}  # field index -> (position, its values: target, else, nothing)
     by_prefix: dict[int, dict[str, list[str]]] = {}  # copied-line field -> prefix -> the lines it offers
     for label, values in parse_spec(spec):
         raw.append(values)
@@ -129,6 +135,8 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
         for v in values:
             if v in BOUND_WORDS:
                 bound[len(fields)] = (BOUND_WORDS[v], [x for x in values if x not in BOUND_WORDS])
+            elif v.startswith(AT_MARK) and v.endswith(">"):
+                at_bound[len(fields)] = (v[len(AT_MARK):-1].strip(), [x for x in values if x != v])
             elif v == LINE_FIELD or v.endswith(" " + LINE_FIELD):
                 copied = True
                 prefix = v[: -len(LINE_FIELD)].strip()
@@ -180,7 +188,7 @@ def grammar_of(spec: str, action_rules: str, observation: str | None = None) -> 
             body.append("(" + " ".join(names) + ")")
         fields_rule = "(" + " | ".join(body) + ")"
     elif (sel := _selector(fields, raw, by_prefix)) is not None:
-        fields_rule = _selected(fields, raw, by_prefix, sel, after_none, none, rules, bound)
+        fields_rule = _selected(fields, raw, by_prefix, sel, after_none, none, rules, bound, at_bound, observation)
     else:
         names = []
         for i, (label, alts, _) in enumerate(fields):
@@ -208,11 +216,15 @@ def _selector(fields: Sequence[tuple[str, list[str], bool]], raw: Sequence[list[
 
 def _selected(fields: Sequence[tuple[str, list[str], bool]], raw: Sequence[list[str] | None],
               by_prefix: dict[int, dict[str, list[str]]], sel: int, after_none: Callable[[str, list[str]], list[str]],
-              none: str, rules: list[str], bound: dict[int, tuple[str, list[str]]]) -> str:
+              none: str, rules: list[str], bound: dict[int, tuple[str, list[str]]],
+              at_bound: dict[int, tuple[str, list[str]]] | None = None, observation: str | None = None) -> str:
     """The fields rule where field ``sel`` selects the copied line's prefix: after each of its values the
     line is "none" or one of the step's lines naming that value, and the fields after the line are "none"
     exactly when it is (as for a first-field line); a bound field after the line holds that line's own
-    word(s). Appends the field rules to ``rules``."""
+    word(s), and an ``<at POSITION>`` field what stands there (:func:`at_value`). Appends the field rules to
+    ``rules``."""
+    at_bound = at_bound or {}
+    obs_lines = observation_lines(observation or "", "")
     head, line_i = fields[:sel], sel + 1
     names = []
     for i, (label, alts, _) in enumerate(head):
@@ -230,8 +242,12 @@ def _selected(fields: Sequence[tuple[str, list[str], bool]], raw: Sequence[list[
                 none if prefix is None else gbnf_literal(line), '"\\n"']
         for j, (label, _, _) in tail:
             value = bound_value(bound[j][0], line, prefix, bound[j][1]) if (prefix is not None and j in bound) else None
+            if j in at_bound and observation is not None:
+                value = at_value(at_bound[j][0], obs_lines, target_prefix[v], at_bound[j][1])
             part += [gbnf_literal(f"{label}: "), gbnf_literal(value) if value else f"f{j}{tag}", '"\\n"']
         return "(" + " ".join(part) + ")"
+
+    target_prefix = {v: next((p for p in by_prefix[line_i] if p == v or p.endswith(" " + v)), v) for v in raw[sel] or []}
 
     branches = []
     for v in raw[sel] or []:
@@ -240,6 +256,27 @@ def _selected(fields: Sequence[tuple[str, list[str], bool]], raw: Sequence[list[
             if p == v or p.endswith(" " + v):
                 branches += [branch(v, ln, "y", p) for ln in found]
     return " ".join(names + ["(" + " | ".join(branches) + ")"])
+
+
+def line_position(line: str) -> str | None:
+    """A line's words from its first number on ("a red ball 1 step left and 2 steps forward": "1 step left
+    and 2 steps forward"), or None without a number."""
+    words = _WORD.findall(line.lower())
+    at = next((i for i, w in enumerate(words) if w.isdigit()), None)
+    return None if at is None else " ".join(words[at:])
+
+
+def at_value(position: str, lines: Sequence[str], prefix: str, values: Sequence[str]) -> str | None:
+    """What an ``<at POSITION>`` field holds: its first value when a line at ``position`` starts with
+    ``prefix`` (the target's line), its second when another line is there, its third when none is (None
+    for a field without three values)."""
+    if len(values) < 3:
+        return None
+    here = [ln for ln in lines if line_position(ln) == " ".join(position.lower().split())]
+    p = " ".join(prefix.lower().split())
+    if any(ln.lower() == p or ln.lower().startswith(p + " ") for ln in here):
+        return values[0]
+    return values[1] if here else values[2]
 
 
 def bound_value(what: str, line: str, prefix: str, values: Sequence[str]) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from promptevo.agents.answer_fields import BOUND_WORDS, LINE_FIELD
+from promptevo.agents.answer_fields import AT_MARK, BOUND_WORDS, LINE_FIELD
 from promptevo.optim.propose.induce import RuleTable, Split
 from promptevo.optim.propose.induce_phase import PhasedTable
 from promptevo.optim.reflect.features import NONE, PLACEHOLDER
@@ -145,7 +145,8 @@ def phase_grammar(table: PhasedTable, fields: list[PhaseField], phrases: dict, l
     start by naming one of them (``lead``: the word lines put before a thing's name, learnt from the data;
     a fetched thing's line: any of the step's lines) and, after the target is written, to the lines naming
     it; the fields that report a part of the line are bound to it (its last word, the words after the
-    name); the other fields to their values."""
+    name) and the near-position fields to what stands there in the step's observation; the other fields
+    to their values. Perception done by the grammar, reported as an output-schema edit."""
     ph = phrases["phase"]
     slots = [f"{{slot{k}}}" for k in range(1, slot_count + 1)]
     prefix = f"{lead} " if lead and lead != "-" else ""
@@ -158,6 +159,8 @@ def phase_grammar(table: PhasedTable, fields: list[PhaseField], phrases: dict, l
         elif f.feature == "a.line":
             lines = [LINE_FIELD] if table.fetch else [f"{prefix}{s} {LINE_FIELD}" for s in slots]
             out.append((f.label, [NONE, *lines]))
+        elif f.feature.startswith("at:") and f.values:
+            out.append((f.label, list(f.values) + [f"{AT_MARK}{f.feature[3:]}>"]))
         else:
             kind = f.feature.split(".", 1)[1] if f.feature.startswith("a.") else ""
             mark = _MARKS.get("after" if kind == "rest" else kind)
