@@ -331,3 +331,28 @@ def test_an_at_field_is_bound_to_what_stands_there():
     g2 = grammar_of(spec, 'action ::= "go forward"', "a red ball 1 step forward")
     assert '"Line: " "a red ball 1 step forward" "\\n" "At 1 step forward: " "target"' in g2.splitlines()[0]
     assert '"Target: " "blue box" "\\n" "Line: " "none" "\\n" "At 1 step forward: " "something else"' in g2.splitlines()[0]
+
+
+def test_stateless_explorers_never_count_steps():
+    from promptevo.optim.reflect.follower import candidates
+
+    full = candidates(["turn left", "go forward"], ["turn left", "go forward"], ["1 step forward"])
+    flat = candidates(["turn left", "go forward"], ["turn left", "go forward"], ["1 step forward"], stateless=True)
+    assert any(e.turns for e in full) and not any(e.turns for e in flat)
+    assert Explorer("go forward", 0, "turn left", "1 step forward") in flat
+
+
+def test_a_constant_explorer_is_folded_into_the_key_when_every_phase_has_its_row():
+    from promptevo.optim.propose.induce import Split
+    from promptevo.optim.propose.render_phase import fold_of, render_phase
+
+    t0 = RuleTable("a.last", {"forward": "go forward", "left": "turn left", "right": "turn right"}, "go forward")
+    t1 = RuleTable("a.last", {"forward": Split("a.rest", "a ... 2 steps forward", "drop", "go forward"),
+                              "right": Split("at:1 step right", "a", "go forward", "turn right")}, "go forward")
+    table = PhasedTable(SlotOrder(), ("1 step right",), {"0": t0, "1": t1}, "go forward")
+    assert fold_of(table, Explorer("turn right")) == ("a.last", "right")
+    assert fold_of(table, Explorer("turn left")) is None  # phase 1 has no row giving it
+    assert fold_of(table, Explorer("turn right", 2, "go forward")) is None  # counts steps
+    rule, fmt, fields = render_phase(table, _phrases(), Explorer("turn right"))
+    assert rule.count('Line is "none": write "Last word: right"') == 2 and "right if Line is none" in fmt
+    assert next(f for f in fields if f.feature == "a.last").fold == "right"

@@ -4,7 +4,9 @@ games whose missions have steps ("put the X next to the Y", "open the door" behi
 Fitted on this generation's expert-labelled training states, refined by dataset aggregation with the
 program follower on the expert-played training seeds (:func:`promptevo.optim.reflect.follower.refine`: the
 expert labels the states the program's own mistakes lead to; no LLM), tables kept short enough to read
-(:data:`MAX_VALUES` values per phase), and rendered (:mod:`promptevo.optim.propose.render_phase`): the
+(:data:`MAX_VALUES` values per phase), its "no line" explorer stateless (a constant, or "A; when something
+is 1 step forward, B": what the agent writes this step decides it; the probe's agent could not count
+"up to k times in a row" against a wall), and rendered (:mod:`promptevo.optim.propose.render_phase`): the
 agent writes what it carries, its current target, the target's line and the fields the phase's table
 reads, then follows that phase's rows. The mission's things are named per episode from its own text
 (``{slot1}``, ``{slot2}`` and the ``slot-words`` segment). Machine-written: every value, word and action
@@ -86,7 +88,7 @@ class PhaseOperator:
             return ind.table, ind.vocab
 
         ref = refine(game.task, fit, states, valid_actions(game, seeds[0]), seeds, env_factory=game.env_factory,
-                     rounds=ROUNDS)
+                     rounds=ROUNDS, stateless=True)
         if ref.problem:
             ctx.log.append(f"{self.name}: {ref.problem}")
         sim = success_rate(play(game.task, ref.table, ref.explorer, ref.vocab, seeds, env_factory=game.env_factory))
@@ -124,7 +126,7 @@ class PhaseOperator:
                "heldout_accuracy": first.accuracy, "notes": first.notes, "simulated": {"success": round(sim, 4),
                                                                                       "n": len(seeds)},
                "rule": rule, "format": fmt, "grammar": True, "reply_tokens": {"longest_answer": need, "cap": cap},
-               "fields": [{"label": f.label, "feature": f.feature, "values": f.values} for f in fields],
+               "fields": [{"label": f.label, "feature": f.feature, "values": f.values, "fold": f.fold} for f in fields],
                "vocabulary": {"structural": sorted(ref.vocab.structural), "words": sorted(ref.vocab.line_words),
                               "leading": sorted(ref.vocab.leading)}}
         return [Proposal(child, self.name, edit.to_dict(), {"author": "machine", "induce": rec})]

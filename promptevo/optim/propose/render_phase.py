@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from promptevo.agents.answer_fields import AT_MARK, BOUND_WORDS, LINE_FIELD
+from promptevo.agents.answer_fields import AT_MARK, BOUND_WORDS, FOLD_MARK, LINE_FIELD
 from promptevo.optim.propose.induce import RuleTable, Split
 from promptevo.optim.propose.induce_phase import PhasedTable
 from promptevo.optim.reflect.features import NONE, PLACEHOLDER
@@ -32,6 +32,8 @@ class PhaseField:
     ask: str
     feature: str
     values: list[str] | None = None
+    #: the value this field holds where no line names the target (the explorer folded into the key)
+    fold: str | None = None
 
 
 def _after(pattern: str) -> str:
@@ -52,8 +54,30 @@ def at_value(phrases: dict, raw: str) -> str:
     return phrases["phase"]["at_values"][_AT.get(raw, 2)]
 
 
-def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2) -> tuple[list[PhaseField], str]:
-    """(the answer fields in order, the rule text)."""
+def fold_of(table: PhasedTable, explorer: Explorer | None) -> tuple[str, str] | None:
+    """(the key feature, its value) whose row in every phase gives the constant explorer's action, so the
+    "no line" case is one more lookup ("Line is none: write Last word: right"); None when the explorer is
+    not constant or the phases disagree."""
+    if explorer is None or explorer.turns or explorer.at or not table.tables:
+        return None
+    roots = {t.root for t in table.tables.values()}
+    if len(roots) != 1:
+        return None
+    values = set()
+    for t in table.tables.values():
+        # a split row counts by its "otherwise" side: its test (the target's line, or the target at a
+        # position) cannot hold where no line names the target
+        v = next((v for v, b in t.branches.items() if v != NONE and (b == explorer.action or (
+            isinstance(b, Split) and b.no == explorer.action and b.value not in (NONE, NOTHING)))), None)
+        if v is None:
+            return None
+        values.add(v)
+    return (roots.pop(), values.pop()) if len(values) == 1 else None
+
+
+def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2,
+                        fold: tuple[str, str] | None = None) -> tuple[list[PhaseField], str]:
+    """(the answer fields in order, the rule text); ``fold``: see :func:`fold_of`."""
     ph, fl, r = phrases["phase"], phrases["fields"], phrases["rule"]
     first, second = "{slot1}", "{slot2}" if slot_count > 1 else "{slot1}"
     if table.fetch is not None:
@@ -83,7 +107,12 @@ def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2) 
             vals = _values(table, f)
             ask = phrases["format"]["closed"].format(label=label, values=phrases["format"]["or"].join(
                 [", ".join(vals[:-1]), vals[-1]]) if len(vals) > 1 else vals[0])
-            fields.append(PhaseField(label, ask, f, vals))
+            folded = fold[1] if fold and fold[0] == f else None
+            if folded is not None and "closed_fold" in phrases["format"]:
+                shown = [v for v in vals if v != NONE]
+                ask = phrases["format"]["closed_fold"].format(label=label, values=phrases["format"]["or"].join(
+                    [", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else shown[0], value=folded, line=line)
+            fields.append(PhaseField(label, ask, f, vals, folded))
         labels[f] = fields[-1].label
 
     def cond(feature: str, value: str) -> str:
@@ -102,7 +131,7 @@ def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2) 
         lines.append(heads[p])
         for g in table.guards.get(p, ()):
             lines.append(ph["guard"].format(label=labels[f"at:{g.position}"], when=g.when, instead=g.instead))
-        lines += _rows(t, cond, r, line)
+        lines += _rows(t, cond, r, line, (labels[fold[0]], fold[1]) if fold else None)
         lines.append(r["default"].format(action=t.default))
     return fields, "\n".join(lines)
 
@@ -121,9 +150,11 @@ def _values(table: PhasedTable, feature: str) -> list[str]:
     return list(dict.fromkeys(shown + extra + [NONE]))
 
 
-def _rows(t: RuleTable, cond, r: dict, line_label: str) -> list[str]:
+def _rows(t: RuleTable, cond, r: dict, line_label: str, fold: tuple[str, str] | None = None) -> list[str]:
     out = []
-    if t.none_action:
+    if fold is not None:
+        out.append(r["none_fold"].format(label=line_label, field=fold[0], value=fold[1]))
+    elif t.none_action:
         out.append(r["none_field"].format(label=line_label, action=t.none_action))
     groups: dict = {}
     for v, b in t.branches.items():
@@ -164,7 +195,10 @@ def phase_grammar(table: PhasedTable, fields: list[PhaseField], phrases: dict, l
         else:
             kind = f.feature.split(".", 1)[1] if f.feature.startswith("a.") else ""
             mark = _MARKS.get("after" if kind == "rest" else kind)
-            out.append((f.label, (f.values or []) + [mark] if (mark and f.values) else f.values))
+            vals = f.values
+            if vals and f.fold is not None:
+                vals = [v for v in vals if v != NONE] + [f"{f.fold} {FOLD_MARK}"]
+            out.append((f.label, (vals or []) + [mark] if (mark and vals) else vals))
     return out
 
 
@@ -175,7 +209,7 @@ def render_phase(table: PhasedTable, phrases: dict, explorer: Explorer | None = 
     if explorer is not None:
         table = PhasedTable(table.order, table.near, {p: _with_none(t, explorer) for p, t in table.tables.items()},
                             table.default, table.guards, table.fetch)
-    fields, rule = render_phase_fields(table, phrases)
+    fields, rule = render_phase_fields(table, phrases, fold=fold_of(table, explorer))
     fmt = [phrases["format"]["intro"]] + [f.ask for f in fields] + [action_tag]
     return rule, "\n".join(fmt), fields
 
@@ -184,4 +218,4 @@ def _with_none(t: RuleTable, explorer: Explorer) -> RuleTable:
     return RuleTable(t.root, dict(t.branches), t.default, explorer.describe())
 
 
-__all__ = ["PhaseField", "at_value", "phase_grammar", "render_phase", "render_phase_fields"]
+__all__ = ["PhaseField", "at_value", "fold_of", "phase_grammar", "render_phase", "render_phase_fields"]

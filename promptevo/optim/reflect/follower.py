@@ -149,20 +149,23 @@ def success_rate(rows: Sequence[dict]) -> float:
     return sum(bool(r["success"]) for r in rows) / len(rows) if rows else 0.0
 
 
-def candidates(actions: Sequence[str], best: Sequence[str], near: Sequence[str] = ()) -> list[Explorer]:
-    """Constant explorers for every action, then "A up to k times, then B" for ordered pairs of ``best``,
-    and "A; when something is at p, B" for each near position ``p``."""
+def candidates(actions: Sequence[str], best: Sequence[str], near: Sequence[str] = (), *,
+               stateless: bool = False) -> list[Explorer]:
+    """Constant explorers for every action, then "A up to k times, then B" for ordered pairs of ``best``
+    (not with ``stateless``: they count steps, which an agent that sees only this step cannot), and "A; when
+    something is at p, B" for each near position ``p``."""
     out = [Explorer(a) for a in actions]
     for a in best:
         for b in best:
             if a != b:
-                out += [Explorer(a, k, b) for k in EXPLORER_TURNS] + [Explorer(a, 0, b, p) for p in near]
+                out += [] if stateless else [Explorer(a, k, b) for k in EXPLORER_TURNS]
+                out += [Explorer(a, 0, b, p) for p in near]
     return out
 
 
 def choose_explorer(task: Any, table: Table, vocab: Vocabulary, actions: Sequence[str], seeds: Sequence[int], *,
                     env_factory: Callable[[Any], Any], tolerance: float = EXPLORER_TOLERANCE,
-                    best: int = 2) -> tuple[Explorer, list[dict]]:
+                    best: int = 2, stateless: bool = False) -> tuple[Explorer, list[dict]]:
     """The "no line" rule chosen by simulation on ``seeds``: every constant first, then two-step explorers
     built from the ``best`` best constants (and, for a table with near positions, "A; when something is
     at p, B"); returns (the simplest within ``tolerance`` of the best, every candidate's score)."""
@@ -170,7 +173,7 @@ def choose_explorer(task: Any, table: Table, vocab: Vocabulary, actions: Sequenc
     for e in candidates(actions, []):
         scores.append((success_rate(play(task, table, e, vocab, seeds, env_factory=env_factory)), e))
     top_k = [e.action for _, e in sorted(scores, key=lambda x: -x[0])[:best]]
-    for e in candidates([], top_k, tuple(getattr(table, "near", ()))):
+    for e in candidates([], top_k, tuple(getattr(table, "near", ())), stateless=stateless):
         scores.append((success_rate(play(task, table, e, vocab, seeds, env_factory=env_factory)), e))
     top = max(s for s, _ in scores)
     chosen = min((x for x in scores if x[0] >= top - tolerance), key=lambda x: (x[1].complexity, -x[0]))[1]
@@ -197,7 +200,7 @@ class Refined:
 
 def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabulary]],
            states: Sequence[LabelledState], actions: Sequence[str], seeds: Sequence[int], *,
-           env_factory: Callable[[Any], Any], rounds: int = 2, best: int = 3) -> Refined:
+           env_factory: Callable[[Any], Any], rounds: int = 2, best: int = 3, stateless: bool = False) -> Refined:
     """Fit a table to ``states``, then ``rounds`` times: choose its explorer on ``seeds``, let the
     follower play them with the expert labelling every state it meets, and fit again on all states so
     far (dataset aggregation: the table learns the states its own mistakes lead to, which the expert's
@@ -208,7 +211,8 @@ def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabu
     missed: list[str] = []
     table, vocab = fit(pool)
     for r in range(rounds):
-        explorer, _ = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best)
+        explorer, _ = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best,
+                                   stateless=stateless)
         rows = play(task, table, explorer, vocab, seeds, env_factory=env_factory, label=True)
         log.append({"round": r, "states": len(pool), "success": round(success_rate(rows), 4), "n": len(rows)})
         if all(x["success"] for x in rows):
@@ -216,7 +220,8 @@ def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabu
         pool += [s for x in rows for s in x["states"]]
         missed += [m for x in rows for m in x["unlabelled"]]
         table, vocab = fit(pool)
-    explorer, scores = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best)
+    explorer, scores = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best,
+                                   stateless=stateless)
     problem = (f"the expert could not label {len(missed)} state(s) the follower met (first: {missed[0]}); they are "
                "left out" if missed else None)
     return Refined(table, vocab, explorer, scores, log, len(pool), problem)

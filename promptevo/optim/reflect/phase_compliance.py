@@ -59,6 +59,8 @@ def step_truth(observation: str, mission: str, table: Any, vocab: Any, fields: S
             truth[label] = shown if (f.get("values") is None or shown in f["values"]) else "other"
         else:
             truth[label] = feats.get(feat, NONE)
+        if f.get("fold") and feats.get("a.line") == NONE:
+            truth[label] = f["fold"]  # the explorer folded into the key: the key holds its row's value
     return feats, truth
 
 
