@@ -12,8 +12,8 @@ table per phase over the current thing's line, obstacle rows) is fitted on the s
 refined by dataset aggregation (:func:`promptevo.optim.reflect.follower.refine`: the follower plays
 ``--explore-episodes`` training seeds, the expert labels every state it meets, the table is fitted again,
 ``--rounds`` times); its explorer is chosen on those seeds too. Then the follower plays the same test
-seeds once. *Compact*: the same with at most ``MAX_VALUES`` values per phase table, as the ``compile-phase``
-operator fits it (a table a small agent can read).
+seeds once. *Compact*: the same with at most ``MAX_VALUES`` values per phase table and stateless explorers, as the
+``compile-phase`` operator fits it (a table a small agent can read, no step counting).
 
 Prints a table and, as its last line, one JSON object ``{"<task>": {"n", "success", "phased"}, ...}``;
 writes ``benchmarks/induce_ceiling.json``.
@@ -53,15 +53,16 @@ def _failures(rows: list[dict]) -> dict:
 
 
 def phased(task, states, actions: list[str], explore_seeds: list[int], seeds: list[int], rounds: int,
-           max_values: int | None = None) -> dict:
+           max_values: int | None = None, stateless: bool = False) -> dict:
     """The phase-rooted rule, refined by dataset aggregation, played by the follower on ``seeds``
-    (``max_values``: at most that many values per phase table, as the compile-phase operator fits it)."""
+    (``max_values``: at most that many values per phase table, ``stateless``: explorers that do not count
+    steps, as the compile-phase operator fits it)."""
     def fit(pool):
         ind = induce_phased(pool, max_values=max_values)
         return ind.table, ind.vocab
 
     first = induce_phased(states, max_values=max_values)
-    ref = refine(task, fit, states, actions, explore_seeds, env_factory=make_env, rounds=rounds)
+    ref = refine(task, fit, states, actions, explore_seeds, env_factory=make_env, rounds=rounds, stateless=stateless)
     rows = play(task, ref.table, ref.explorer, ref.vocab, seeds, env_factory=make_env)
     return {"table": ref.table.to_dict(), "heldout_accuracy": first.accuracy, "phases": first.phases,
             "notes": first.notes, "rounds": ref.rounds, "states": ref.states, "explorer": ref.explorer.describe(),
@@ -102,7 +103,7 @@ def ceiling(name: str, episodes: int, explore: int, test: int, rounds: int) -> d
     row["phased"] = phased(task, states, actions, explore_seeds, seeds, rounds)
     row["phased"]["seconds"] = round(time.perf_counter() - t1, 1)
     t1 = time.perf_counter()
-    row["phased_compact"] = phased(task, states, actions, explore_seeds, seeds, rounds, MAX_VALUES)
+    row["phased_compact"] = phased(task, states, actions, explore_seeds, seeds, rounds, MAX_VALUES, stateless=True)
     row["phased_compact"]["max_values"] = MAX_VALUES
     row["phased_compact"]["seconds"] = round(time.perf_counter() - t1, 1)
     row["seconds"] = round(time.perf_counter() - t0, 1)

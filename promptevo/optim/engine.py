@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from promptevo.optim.evidence import Evidence
 from promptevo.evaluation.signatures import signatures_to_dict, summarize_signatures
 from promptevo.evaluation.statistics import call_cost, cost_comparison, summarize_records
 from promptevo.evaluation.store import EPISODES_FILE, EpisodeStore
@@ -41,19 +40,13 @@ from promptevo.fileio import read_json, write_json_atomic
 from promptevo.optim.adapter import Adapter, ProposalContext, describe, optimizer_seed
 from promptevo.optim.config import IDENTITY_FIELDS, OptimizeConfig, settings_digest
 from promptevo.optim.events import Emitter
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.hooks import GenerationHook, ValidityHook
 from promptevo.optim.pruning import PrunePolicy
 from promptevo.optim.reflect.ablation import counterfactual_ablation
 from promptevo.optim.screen import screen_phase
-from promptevo.optim.selection import (
-    gate_alpha,
-    look_levels,
-    look_sizes,
-    promote,
-    race_check,
-    race_schedule,
-    sequential_gate,
-)
+from promptevo.optim.selection import (gate_alpha, look_levels, look_sizes, promote, race_check, race_schedule,
+                                       sequential_gate)
 from promptevo.optim.state import (
     ACCEPTED_STATUSES,
     CHECKPOINT,
