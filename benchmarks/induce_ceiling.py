@@ -62,7 +62,8 @@ def phased(task, states, actions: list[str], explore_seeds: list[int], seeds: li
         return ind.table, ind.vocab
 
     first = induce_phased(states, max_values=max_values)
-    ref = refine(task, fit, states, actions, explore_seeds, env_factory=make_env, rounds=rounds, stateless=stateless)
+    ref = refine(task, fit, states, actions, explore_seeds, env_factory=make_env, rounds=rounds, stateless=stateless,
+                 start=(first.table, first.vocab))
     rows = play(task, ref.table, ref.explorer, ref.vocab, seeds, env_factory=make_env)
     return {"table": ref.table.to_dict(), "heldout_accuracy": first.accuracy, "phases": first.phases,
             "notes": first.notes, "rounds": ref.rounds, "states": ref.states, "explorer": ref.explorer.describe(),

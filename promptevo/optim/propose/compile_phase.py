@@ -17,12 +17,9 @@ edit, reported as such (``grammar`` in the child's record)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
-
-from promptevo.optim.evidence import Evidence
 from promptevo.agents.answer_fields import GRAMMAR_SEGMENT, SLOT_WORDS_SEGMENT, spec_text
 from promptevo.optim.adapter import Proposal
+from promptevo.optim.evidence import Evidence
 from promptevo.optim.propose.answer_format import rule_edit
 from promptevo.optim.propose.compile_table import (
     EXPLORER_SEEDS,
@@ -36,26 +33,14 @@ from promptevo.optim.propose.induce_phase import induce_phased
 from promptevo.optim.propose.registry import OperatorContext, register_operator
 from promptevo.optim.propose.render_phase import phase_grammar, render_phase
 from promptevo.optim.propose.render_table import load_phrases
-from promptevo.optim.reflect.expert import LabelledState
-from promptevo.optim.reflect.features import Vocabulary, mission_slots, thing_features, thing_words
-from promptevo.optim.reflect.follower import play, refine, success_rate
+from promptevo.optim.reflect.features import lead_word, thing_words
+from promptevo.optim.reflect.follower import refine
 from promptevo.segments import PromptSet, apply_edit
 
 #: most values a phase's table may list (a table a small agent can read; the ceiling is measured for it)
 MAX_VALUES = 6
 #: dataset-aggregation rounds
 ROUNDS = 2
-
-
-def lead_word(states: Sequence[LabelledState], vocab: Vocabulary) -> str:
-    """The word the observation lines most often put before a mission thing's name ("a"), or "-"."""
-    seen: Counter[str] = Counter()
-    for s in states:
-        for thing in mission_slots(s.mission, vocab):
-            b = thing_features(s.observation, thing, "x").get("x.before")
-            if b and b != "-":
-                seen[b] += 1
-    return seen.most_common(1)[0][0] if seen else "-"
 
 
 class PhaseOperator:
@@ -88,10 +73,11 @@ class PhaseOperator:
             return ind.table, ind.vocab
 
         ref = refine(game.task, fit, states, valid_actions(game, seeds[0]), seeds, env_factory=game.env_factory,
-                     rounds=ROUNDS, stateless=True)
+                     rounds=ROUNDS, stateless=True, start=(first.table, first.vocab))
         if ref.problem:
             ctx.log.append(f"{self.name}: {ref.problem}")
-        sim = success_rate(play(game.task, ref.table, ref.explorer, ref.vocab, seeds, env_factory=game.env_factory))
+        # the chosen explorer's score on these seeds is the follower's success with the final table
+        sim = next(x["success"] for x in ref.explorer_scores if x["explorer"] == ref.explorer.describe())
         phrases = load_phrases()
         rule, fmt, fields = render_phase(ref.table, phrases, ref.explorer)
         checked = answer_format_edit(parent, ctx, self.name, fields, fmt, states, "the answer fields the phased rule reads")

@@ -296,7 +296,8 @@ def propose_config(
                                        template_path=template_path)
     except (ValueError, PromptFormatError) as e:
         return keep(f"engineer template unusable: {e}")
-    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="engineer", parse=parse_engineer_reply, temperature=temperature,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(
+        msgs, role="engineer", parse=parse_engineer_reply, temperature=temperature,
         max_tokens=max_tokens, seed=seed, retries=retries, schema=EngineerReply, constrained=constrained,
     )
     info.update(raw=raw, usage=usage, error=err)

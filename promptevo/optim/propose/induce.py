@@ -247,7 +247,8 @@ class Induction:
                                if self.vocab else None)}
 
 
-def _heldout(seed: int) -> bool:
+def heldout_seed(seed: int) -> bool:
+    """Whether a seed's states are held out of the fit (:data:`HOLDOUT_SHARE` of seeds, by hash)."""
     return int(hashlib.sha256(f"heldout:{seed}".encode()).hexdigest(), 16) % 100 < HOLDOUT_SHARE * 100
 
 
@@ -277,8 +278,8 @@ def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, 
     for s in uniq:
         for k, thing in enumerate(mission_slots(s.mission, vocab), 1):
             out.slots.setdefault(str(k), " ".join(thing))
-    fit = [(f, a, sd) for f, a, sd in rows if not _heldout(sd)]
-    held = [(f, a, sd) for f, a, sd in rows if _heldout(sd)]
+    fit = [(f, a, sd) for f, a, sd in rows if not heldout_seed(sd)]
+    held = [(f, a, sd) for f, a, sd in rows if heldout_seed(sd)]
     out.n_fit, out.n_heldout = len(fit), len(held)
     if len(fit) < min_fit or len(held) < min_heldout:
         out.reason = (f"too few labelled states where a line names the mission's things ({len(fit)} to fit, "
@@ -300,5 +301,5 @@ def induce(states: Sequence[LabelledState], *, vocab: Vocabulary | None = None, 
     return out
 
 
-__all__ = ["InduceError", "Induction", "MIN_FIT", "MIN_GAIN", "MIN_HELDOUT", "RuleTable", "Split", "distinct_states", "majority_action",
+__all__ = ["InduceError", "Induction", "MIN_FIT", "MIN_GAIN", "MIN_HELDOUT", "RuleTable", "Split", "distinct_states", "heldout_seed", "majority_action",
            "complexity", "fit_table", "induce"]

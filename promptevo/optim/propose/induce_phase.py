@@ -11,12 +11,11 @@ majority action. A phase with too few states gets the majority action of its sta
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from promptevo.optim.propose.induce import RuleTable, distinct_states, fit_table, majority_action
+from promptevo.optim.propose.induce import RuleTable, distinct_states, fit_table, heldout_seed, majority_action
 from promptevo.optim.reflect.expert import LabelledState
 from promptevo.optim.reflect.features import Vocabulary, defined, mission_slots, vocabulary
 from promptevo.optim.reflect.phases import (
@@ -79,7 +78,6 @@ def fit_guards(rows: Sequence[tuple[dict, str]], table: RuleTable, near: Sequenc
             break
         guards.append(best[1])
     return guards
-HOLDOUT_SHARE = 0.3
 
 
 @dataclass
@@ -142,10 +140,6 @@ class PhasedInduction:
                 "phases": self.phases, "notes": self.notes, "reason": self.reason or None}
 
 
-def _heldout(seed: int) -> bool:
-    return int(hashlib.sha256(f"heldout:{seed}".encode()).hexdigest(), 16) % 100 < HOLDOUT_SHARE * 100
-
-
 def _fit(rows: Sequence[tuple[dict, str, int]], order: SlotOrder, near: tuple[str, ...], fetch: Fetch | None,
          notes: list[str] | None, max_values: int | None = None) -> PhasedTable:
     default = majority_action([a for _, a, _ in rows])
@@ -192,8 +186,8 @@ def induce_phased(states: Sequence[LabelledState], *, vocab: Vocabulary | None =
     if any(len(mission_slots(s.mission, vocab)) >= 2 for s in uniq) and "1" not in out.phases:
         out.notes.append("phase 1 never occurs in the expert's episodes (nothing the mission names is ever "
                          "carried): the rule has no table for it and plays the default action there")
-    fit = [r for r in rows if not _heldout(r[2])]
-    held = [r for r in rows if _heldout(r[2])]
+    fit = [r for r in rows if not heldout_seed(r[2])]
+    held = [r for r in rows if heldout_seed(r[2])]
     out.n_fit, out.n_heldout = len(fit), len(held)
     if fit and held:
         probe = _fit(fit, order, near, fetch, None, max_values)

@@ -325,7 +325,8 @@ def propose_detailed(
     state: dict[str, list[dict]] = {"rejected": [], "repaired": []}
     parse = edit_parser(prompts, tried_set, check_edit, state)
 
-    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="mutator", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(
+        msgs, role="mutator", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
         schema=MutatorReply, constrained=constrained,
         forbid=example_strings(msgs[0]["content"]),
     )

@@ -211,7 +211,8 @@ def propose_prunes(
     parse = edit_parser(prompts, seen, lambda ps, e, sn: check_prune(ps, e, sn, prunable_set), state,
                         keep_repair=lambda original, fixed: fixed.op == original.op, what="pruning edit")
 
-    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
+    parsed, raw, err, usage = OptimizerLM.of(gateway).json(
+        msgs, role="pruner", parse=parse, temperature=temperature, max_tokens=max_tokens, seed=seed,
         schema=MutatorReply, constrained=constrained, forbid=example_strings(msgs[0]["content"]),
     )
     chosen = list(parsed or [])[:n]

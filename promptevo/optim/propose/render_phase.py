@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from promptevo.agents.answer_fields import AT_MARK, BOUND_WORDS, FOLD_MARK, LINE_FIELD
 from promptevo.optim.propose.induce import RuleTable, Split
 from promptevo.optim.propose.induce_phase import PhasedTable
-from promptevo.optim.reflect.features import NONE, PLACEHOLDER
+from promptevo.optim.reflect.features import NONE, after_name
 from promptevo.optim.reflect.follower import Explorer
-from promptevo.optim.reflect.phases import NOTHING, OTHER
+from promptevo.optim.reflect.phases import NOTHING, OTHER, at_word
 
 #: the grammar's bound marks by the part of the copied line a field holds ("<last word>" ...)
 _MARKS = {v: k for k, v in BOUND_WORDS.items()}
-#: the values of an ``at:<position>`` field as the agent writes them (the phrase file's ``at_values``)
-_AT = {"a": 0, OTHER: 1, NOTHING: 2}
 
 
 @dataclass
@@ -36,11 +34,6 @@ class PhaseField:
     fold: str | None = None
 
 
-def _after(pattern: str) -> str:
-    parts = pattern.split(PLACEHOLDER, 1)
-    return parts[1].strip() if len(parts) == 2 else pattern
-
-
 def _features(table: PhasedTable) -> list[str]:
     used: list[str] = []
     for p, t in sorted(table.tables.items()):
@@ -48,10 +41,6 @@ def _features(table: PhasedTable) -> list[str]:
         used += [f"at:{g.position}" for g in table.guards.get(p, ())]
     return [f for f in dict.fromkeys(used) if f != "a.line"]
 
-
-def at_value(phrases: dict, raw: str) -> str:
-    """How the agent writes an ``at:`` feature's value (``a`` -> "target" ...)."""
-    return phrases["phase"]["at_values"][_AT.get(raw, 2)]
 
 
 def fold_of(table: PhasedTable, explorer: Explorer | None) -> tuple[str, str] | None:
@@ -117,9 +106,9 @@ def render_phase_fields(table: PhasedTable, phrases: dict, slot_count: int = 2,
 
     def cond(feature: str, value: str) -> str:
         if feature.startswith("at:"):
-            return r["is"].format(label=labels[feature], value=at_value(phrases, value))
+            return r["is"].format(label=labels[feature], value=at_word(phrases["phase"]["at_values"], value))
         if feature.endswith(".rest"):
-            return r["is"].format(label=labels[feature], value=_after(value))
+            return r["is"].format(label=labels[feature], value=after_name(value))
         return r["is"].format(label=labels[feature], value=value)
 
     lines = [r["intro"]]
@@ -144,7 +133,7 @@ def _values(table: PhasedTable, feature: str) -> list[str]:
         for b in t.branches.values():
             if isinstance(b, Split) and b.feature == feature:
                 vals.append(b.value)
-    shown = [_after(v) if feature.endswith(".rest") else v for v in dict.fromkeys(vals)]
+    shown = [after_name(v) if feature.endswith(".rest") else v for v in dict.fromkeys(vals)]
     extra = ["other"] if any(isinstance(b, Split) and b.feature == feature
                               for t in table.tables.values() for b in t.branches.values()) else []
     return list(dict.fromkeys(shown + extra + [NONE]))
@@ -218,4 +207,4 @@ def _with_none(t: RuleTable, explorer: Explorer) -> RuleTable:
     return RuleTable(t.root, dict(t.branches), t.default, explorer.describe())
 
 
-__all__ = ["PhaseField", "at_value", "fold_of", "phase_grammar", "render_phase", "render_phase_fields"]
+__all__ = ["PhaseField", "fold_of", "phase_grammar", "render_phase", "render_phase_fields"]

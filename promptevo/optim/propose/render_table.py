@@ -7,7 +7,6 @@ edit comes from the data."""
 from __future__ import annotations
 
 import tomllib
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from promptevo.optim.reflect.features import (
     NONE,
     PLACEHOLDER,
     Vocabulary,
-    state_features,
+    lead_word,
 )
 from promptevo.optim.reflect.llm_json import template_dir
 from promptevo.resources import shipped_dir
@@ -259,10 +258,7 @@ def grammar_fields(fields: Sequence[Field], states: Sequence[LabelledState], voc
     for f in fields:
         slot, kind = f.feature.split(".", 1) if f.feature else ("", "")
         if kind == "line" and slots:
-            before = Counter(b for s in states
-                             if (b := state_features(s.observation, s.mission, vocab).get(f"{slot}.before"))
-                             and b != NONE)
-            word = before.most_common(1)[0][0] if before else "-"
+            word = lead_word(states, vocab, int(slot))
             lead = "" if word == "-" else word + " "
             out.append((f.label, [NONE, f"{lead}{{slot{min(int(slot), 3)}}} {LINE_FIELD if lines else TEXT_FIELD}"]))
         elif f.fold is not None and f.values:

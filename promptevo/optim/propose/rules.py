@@ -133,14 +133,15 @@ def write_rules(clusters: Sequence[dict], gateway: Any, *, actions: str, tried: 
     mission's things) and check each (:func:`check_rule`)."""
     out = RuleRound()
     seen = list(tried)
+    lm = OptimizerLM.of(gateway)
     usable = [c for c in clusters if c.get("with_line")][:max_clusters]
     for ci, cluster in enumerate(usable):
         msgs = build_messages(cluster, actions, seen)
         forbid = example_strings(msgs[0]["content"])
         for k in range(samples):
-            reply, _raw, err, usage = OptimizerLM.of(gateway).json(msgs, role="rules", parse=lambda o: RuleReply.model_validate(o),
-                                                temperature=temperature, max_tokens=max_tokens, schema=RuleReply,
-                                                seed=seed * 100 + ci * 10 + k, retries=0)
+            reply, _raw, err, usage = lm.json(msgs, role="rules", parse=lambda o: RuleReply.model_validate(o),
+                                              temperature=temperature, max_tokens=max_tokens, schema=RuleReply,
+                                              seed=seed * 100 + ci * 10 + k, retries=0)
             for key in out.usage:
                 out.usage[key] += usage.get(key, 0)
             if reply is None:

@@ -282,6 +282,7 @@ def analyze(
     """
     if not results:
         return Analysis(ok=False, error="no episodes to analyse", prompt_fingerprint=prompts.fingerprint())
+    lm = OptimizerLM.of(gateway)
     msgs, seeds = build_analyzer_messages(
         prompts,
         results,
@@ -291,11 +292,12 @@ def analyze(
         max_steps_shown=max_steps_shown,
         template_path=template_path,
         evidence=evidence,
-        max_prompt_tokens=OptimizerLM.of(gateway).prompt_budget("analyzer", max_tokens),
+        max_prompt_tokens=lm.prompt_budget("analyzer", max_tokens),
         signatures=signatures,
-        count=OptimizerLM.of(gateway).count_tokens,
+        count=lm.count_tokens,
     )
-    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs,
+    parsed, raw, err, usage = lm.json(
+        msgs,
         role="analyzer",
         parse=AnalysisReply.model_validate,
         temperature=temperature,

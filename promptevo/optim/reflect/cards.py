@@ -514,14 +514,16 @@ def build_cards(
     fingerprint = prompts.fingerprint() if hasattr(prompts, "fingerprint") else ""
     if not results:
         return CardSet(ok=False, error="no episodes to summarise", prompt_fingerprint=fingerprint)
+    lm = OptimizerLM.of(gateway)
     groups = group_episodes(results)
     # the representatives are shortened until the prompt fits the model's window
     msgs, groups = fit_to_budget(
         lambda k, oc: build_cards_messages(results, env_instructions=env_instructions, max_steps_shown=k,
                                            obs_chars=oc, template_path=template_path, groups=groups),
         [(max_steps_shown, obs_chars), (max(4, max_steps_shown // 2), min(obs_chars, 80)), (4, 60)],
-        OptimizerLM.of(gateway).prompt_budget("cards", max_tokens), OptimizerLM.of(gateway).count_tokens)
-    parsed, raw, err, usage = OptimizerLM.of(gateway).json(msgs,
+        lm.prompt_budget("cards", max_tokens), lm.count_tokens)
+    parsed, raw, err, usage = lm.json(
+        msgs,
         role="cards",
         parse=_parser(groups),
         temperature=temperature,

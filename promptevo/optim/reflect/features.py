@@ -154,6 +154,13 @@ def thing_features(observation: str, thing: Sequence[str], prefix: str) -> dict[
     }
 
 
+def after_name(shape: str) -> str:
+    """The words after the thing's name in a ``rest`` shape ("a ... 1 step forward" -> "1 step forward");
+    the shape itself when it has no placeholder."""
+    parts = shape.split(PLACEHOLDER, 1)
+    return parts[1].strip() if len(parts) == 2 else shape
+
+
 def state_features(observation: str, mission: str, vocab: Vocabulary) -> dict[str, str]:
     """The features of one state (see the module docstring); a slot with no line has only
     ``<slot>.line = none``."""
@@ -161,6 +168,20 @@ def state_features(observation: str, mission: str, vocab: Vocabulary) -> dict[st
     for k, thing in enumerate(mission_slots(mission, vocab), 1):
         feats.update(thing_features(observation, thing, str(k)))
     return feats
+
+
+def lead_word(states: Iterable[Any], vocab: Vocabulary, slot: int | None = None) -> str:
+    """The word the observation lines most often put just before the name of the mission's ``slot``-th
+    thing (every slot's with None), ``-`` when the name most often starts the line or no line names it.
+    ``states``: objects with ``mission`` and ``observation``."""
+    seen: Counter[str] = Counter()
+    for s in states:
+        for k, thing in enumerate(mission_slots(s.mission, vocab), 1):
+            if slot is None or k == slot:
+                b = thing_features(s.observation, thing, "x").get("x.before")
+                if b and b != NONE:
+                    seen[b] += 1
+    return seen.most_common(1)[0][0] if seen else "-"
 
 
 def defined(features: dict[str, str]) -> bool:
@@ -209,6 +230,6 @@ def thing_words(states: Sequence[Any], vocab: Vocabulary) -> set[str]:
     return words | extra
 
 
-__all__ = ["FEATURES", "NONE", "PLACEHOLDER", "Vocabulary", "anonymise", "defined", "find", "mission_slots",
+__all__ = ["FEATURES", "NONE", "PLACEHOLDER", "Vocabulary", "after_name", "anonymise", "defined", "find", "lead_word", "mission_slots",
            "observation_lines", "relevant_lines", "slot_lines", "state_features", "thing_features", "thing_words", "tokens",
            "vocabulary"]

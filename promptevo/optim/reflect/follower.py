@@ -200,16 +200,18 @@ class Refined:
 
 def refine(task: Any, fit: Callable[[Sequence[LabelledState]], tuple[Any, Vocabulary]],
            states: Sequence[LabelledState], actions: Sequence[str], seeds: Sequence[int], *,
-           env_factory: Callable[[Any], Any], rounds: int = 2, best: int = 3, stateless: bool = False) -> Refined:
+           env_factory: Callable[[Any], Any], rounds: int = 2, best: int = 3, stateless: bool = False,
+           start: tuple[Any, Vocabulary] | None = None) -> Refined:
     """Fit a table to ``states``, then ``rounds`` times: choose its explorer on ``seeds``, let the
     follower play them with the expert labelling every state it meets, and fit again on all states so
     far (dataset aggregation: the table learns the states its own mistakes lead to, which the expert's
     episodes never show). Stops early once the follower solves every seed; the last fit's explorer is
-    chosen again at the end. ``fit(states) -> (table, vocabulary)``."""
+    chosen again at the end. ``fit(states) -> (table, vocabulary)``; ``start``: ``fit(states)`` when the
+    caller has it already."""
     pool = list(states)
     log: list[dict] = []
     missed: list[str] = []
-    table, vocab = fit(pool)
+    table, vocab = start if start is not None else fit(pool)
     for r in range(rounds):
         explorer, _ = choose_explorer(task, table, vocab, actions, seeds, env_factory=env_factory, best=best,
                                    stateless=stateless)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from promptevo.agents.answer_fields import read_fields
-from promptevo.optim.reflect.features import NONE, PLACEHOLDER, defined, find, observation_lines, tokens
-from promptevo.optim.reflect.phases import NOTHING, is_status
+from promptevo.optim.reflect.features import NONE, after_name, defined, find, observation_lines, tokens
+from promptevo.optim.reflect.phases import NOTHING, at_word, is_status
 
 CLASSES = ("correct", "perception", "lookup", "format")
 #: the value of "what you carry" for a thing the mission does not name (the phrase file's ``something_else``)
@@ -23,11 +23,6 @@ _EMPTY = {"", "none", "nothing", "-"}
 
 def _norm(text: str | None) -> str:
     return " ".join(tokens(text or ""))
-
-
-def _after(rest: str) -> str:
-    parts = rest.split(PLACEHOLDER, 1)
-    return parts[1].strip() if len(parts) == 2 else rest
 
 
 def step_truth(observation: str, mission: str, table: Any, vocab: Any, fields: Sequence[dict],
@@ -52,10 +47,10 @@ def step_truth(observation: str, mission: str, table: Any, vocab: Any, fields: S
             truth[label] = _norm(line) if line else NONE
         elif feat.startswith("at:"):
             raw = feats.get(feat, NOTHING)
-            truth[label] = at_values[{"a": 0, "other": 1}.get(raw, 2)]
+            truth[label] = at_word(at_values, raw)
         elif feat.endswith(".rest"):
             v = feats.get(feat)
-            shown = _after(v) if v else NONE
+            shown = after_name(v) if v else NONE
             truth[label] = shown if (f.get("values") is None or shown in f["values"]) else "other"
         else:
             truth[label] = feats.get(feat, NONE)

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from promptevo.agents.answer_fields import line_position
 from promptevo.optim.reflect.features import (
     NONE,
     Vocabulary,
@@ -63,14 +64,6 @@ def carried(observation: str, slots: Sequence[tuple[str, ...]], vocab: Vocabular
         if any(find(t, thing) >= 0 for t in status):
             return str(k)
     return OTHER
-
-
-def position(line_tokens: Sequence[str]) -> str | None:
-    """The line's words from its first number on (``"1 step forward"``), or None without a number."""
-    for i, w in enumerate(line_tokens):
-        if w.isdigit():
-            return " ".join(line_tokens[i:])
-    return None
 
 
 @dataclass(frozen=True)
@@ -176,9 +169,10 @@ def fit_fetch(states: Sequence[Any], vocab: Vocabulary) -> Fetch | None:
         slots = mission_slots(eps[0].mission, vocab)
         if not slots:
             continue
-        first = next((s for s in eps if carried(s.observation, slots, vocab) != NOTHING), None)
-        if first is None or carried(first.observation, slots, vocab) != OTHER:
+        first = next(((s, c) for s in eps if (c := carried(s.observation, slots, vocab)) != NOTHING), None)
+        if first is None or first[1] != OTHER:
             continue
+        first = first[0]
         status = next(t for ln in observation_lines(first.observation) if is_status(t := tokens(ln), vocab))
         thing = [w for w in status[1:] if w in body_words and w not in vocab.structural]
         slot_line = next((t for s in eps for ln in observation_lines(s.observation)
@@ -220,11 +214,7 @@ def near_positions(observations: Iterable[str], vocab: Vocabulary) -> list[str]:
     seen: set[str] = set()
     for obs in observations:
         for ln in observation_lines(obs):
-            t = tokens(ln)
-            if is_status(t, vocab):
-                continue
-            p = position(t)
-            if p is not None:
+            if not is_status(tokens(ln), vocab) and (p := line_position(ln)) is not None:
                 seen.add(p)
     singles = {p: int(n[0]) for p in seen if len(n := [w for w in p.split() if w.isdigit()]) == 1}
     if not singles:
@@ -233,30 +223,43 @@ def near_positions(observations: Iterable[str], vocab: Vocabulary) -> list[str]:
     return sorted(p for p, v in singles.items() if v == low)
 
 
+def _active(observation: str, mission: str, vocab: Vocabulary, order: SlotOrder,
+            fetch: Fetch | None) -> tuple[str, str, list[str], tuple[str, ...]]:
+    """(phase, carried value, the non-status lines, the active thing's words: ``()`` when the mission
+    names none)."""
+    slots = mission_slots(mission, vocab)
+    carry = carried(observation, slots, vocab)
+    phase, active = phase_of(carry, order.ordered(mission, slots))
+    lines = [ln for ln in observation_lines(observation) if not is_status(tokens(ln), vocab)]
+    if active is None:
+        return phase, carry, lines, ()
+    if fetch is not None and carry == NOTHING:
+        return phase, carry, lines, fetch.thing(lines, slots[0])
+    return phase, carry, lines, slots[active - 1]
+
+
 def target_of(observation: str, mission: str, vocab: Vocabulary, order: SlotOrder,
               fetch: Fetch | None = None) -> tuple[str, ...]:
     """The words of the active thing in this state (``()`` when the mission names none)."""
-    slots = mission_slots(mission, vocab)
-    carry = carried(observation, slots, vocab)
-    _, active = phase_of(carry, order.ordered(mission, slots))
-    if active is None:
-        return ()
-    if fetch is not None and carry == NOTHING:
-        lines = [ln for ln in observation_lines(observation) if not is_status(tokens(ln), vocab)]
-        return fetch.thing(lines, slots[0])
-    return slots[active - 1]
+    return _active(observation, mission, vocab, order, fetch)[3]
+
+
+#: the codes of an ``at:<position>`` feature, in the order its answer values are listed (target, something
+#: else, nothing)
+AT_CODES = ("a", OTHER, NOTHING)
+
+
+def at_word(values: Sequence[str], code: str) -> str:
+    """How an ``at:`` feature's ``code`` is written, given the field's values in :data:`AT_CODES` order."""
+    return values[AT_CODES.index(code) if code in AT_CODES else 2]
 
 
 def phase_features(observation: str, mission: str, vocab: Vocabulary, order: SlotOrder,
                    near: Sequence[str] = (), fetch: Fetch | None = None) -> dict[str, str]:
     """``phase``, ``carry``, the active slot's ``a.*`` features and one ``at:<position>`` per near
     position."""
-    slots = mission_slots(mission, vocab)
-    carry = carried(observation, slots, vocab)
-    phase, _ = phase_of(carry, order.ordered(mission, slots))
-    lines = [ln for ln in observation_lines(observation) if not is_status(tokens(ln), vocab)]
+    phase, carry, lines, thing = _active(observation, mission, vocab, order, fetch)
     feats = {"phase": phase, "carry": carry}
-    thing = target_of(observation, mission, vocab, order, fetch)
     if not thing:
         feats["a.line"] = NONE
         return feats
@@ -264,14 +267,13 @@ def phase_features(observation: str, mission: str, vocab: Vocabulary, order: Slo
     for p in near:
         value = NOTHING
         for ln in lines:
-            t = tokens(ln)
-            if position(t) == p:
-                value = "a" if find(t, thing) >= 0 else OTHER
+            if line_position(ln) == p:
+                value = "a" if find(tokens(ln), thing) >= 0 else OTHER
                 if value == "a":
                     break
         feats[f"at:{p}"] = value
     return feats
 
 
-__all__ = ["Fetch", "MIN_FETCH_SHARE", "NOTHING", "OTHER", "SlotOrder", "carried", "fit_fetch", "fit_order", "is_status", "near_positions", "phase_features",
-           "phase_of", "position", "target_of"]
+__all__ = ["AT_CODES", "Fetch", "MIN_FETCH_SHARE", "NOTHING", "OTHER", "SlotOrder", "at_word", "carried", "fit_fetch",
+           "fit_order", "is_status", "near_positions", "phase_features", "phase_of", "target_of"]
