@@ -59,6 +59,10 @@ def opt_row(name: str, run_dir: Path, wall: float, rc: int) -> dict:
         "prompt_tokens": f"{s.get('prompt_tokens', {}).get('initial', '?')} -> {s.get('prompt_tokens', {}).get('best', '?')}",
         "calls": rep["usage"].get("calls"),
         "tokens": rep["usage"].get("tokens"),
+        "proposals": {k: sum(int(v.get(k, 0)) for v in (rep.get("operators") or {}).values())
+                      for k in ("proposed", "screened_out", "stopped", "accepted", "promoted")},
+        "analyzer_tokens_per_gen": round(sum(g.get("optimizer_tokens", {}).get("analyzer", 0)
+                                             for g in s.get("generations", [])) / max(1, len(s.get("generations", [])))),
         "vetoed": len(s.get("vetoed", [])),
         "skill_children": len(s.get("skill_children", [])),
         "wall_s": round(wall),
@@ -181,7 +185,9 @@ def ray_check(exe: list[str], a: argparse.Namespace, model: list[str], out: Path
                 f"episodes {len(loc)} / {len(ray)}", "wall_s": f"local {walls['local']:.0f} / ray {walls['ray']:.0f}"}
     same = bool(loc) and sorted(loc, key=lambda d: d["seed"]) == sorted(ray, key=lambda d: d["seed"])
     return {"name": "ray", "episodes": len(loc), "identical_to_local": same,
-            "wall_s": f"local {walls['local']:.0f} / ray {walls['ray']:.0f}"}
+            "wall_s": f"local {walls['local']:.0f} / ray {walls['ray']:.0f}",
+            "overhead_s_per_episode": round((walls["ray"] - walls["local"]) / len(loc), 1),
+            "ray_over_local": round(walls["ray"] / walls["local"], 2) if walls["local"] else None}
 
 
 def strip(x: object, keys: set[str]) -> object:

@@ -191,6 +191,53 @@ def optimize(config: OptimizeConfig | None = None, *, task: TaskConfig | str | N
             remove_if_unstarted(run_dir)
 
 
+def plan(cfg: OptimizeConfig, given: set[str] = frozenset(), *, probe: bool = False,
+         seconds_per_call: float | None = None) -> list[str]:
+    """The plan of a run as lines (:mod:`promptevo.optim.plan`): seconds per call from ``seconds_per_call``,
+    else from earlier runs of the model, else (with ``probe``) measured on a few agent calls, else unknown.
+    ``given``: the settings the user gave explicitly (the plan names the ones that override a preset)."""
+    from promptevo.agents.registry import calls_per_step
+    from promptevo.envs.base import has_expert
+    from promptevo.optim.plan import (
+        calls_from_runs,
+        describe,
+        make_plan,
+        probe_seconds,
+        seconds_from_runs,
+    )
+    from promptevo.tasks import load_task, make_env
+
+    task = load_task(cfg.task)
+    env = make_env(task)
+    try:
+        obs, info = env.reset(task.seed_list("train")[0])
+        steps = min(env.max_steps, cfg.max_steps or env.max_steps, task.max_steps or env.max_steps)
+        expert = has_expert(env)
+        found: tuple[float, str] | None = None
+        probe_note = ""
+        if seconds_per_call is not None:
+            found = (seconds_per_call, "given with --seconds-per-call")
+        else:
+            found = seconds_from_runs(cfg.results_dir, cfg.model)
+        if found is None and probe:
+            from promptevo.agents.registry import make_agent
+
+            try:
+                gw, _ = build_gateways(cfg.model_copy(update={"no_cache": True}))
+                agent = make_agent(cfg.agent, gw, task=task, init=cfg.init, **cfg.agent_options)
+                agent.reset(env, str(info.get("mission") or env.mission), seed=0)
+                found = probe_seconds(lambda: agent.act(obs, info), n=3)
+            except Exception as e:  # noqa: BLE001 - the plan still prints, without a time
+                probe_note = "the probe failed: " + (" ".join(str(e).split())[:160] or type(e).__name__)
+    finally:
+        env.close()
+    seconds, source = found if found else (None, probe_note)
+    earlier = calls_from_runs(cfg.results_dir, cfg.model, cfg.task, cfg.agent)
+    the_plan = make_plan(cfg, steps, calls_per_step=calls_per_step(cfg.agent), has_expert=expert, seconds=seconds,
+                         source=source, calls_per_episode=earlier)
+    return describe(the_plan, cfg, given)
+
+
 def remove_if_unstarted(run_dir: Path) -> None:
     """A new run that stopped before it played any episode leaves no folder behind (it held only its
     settings, its log and a checkpoint of nothing)."""
@@ -339,4 +386,4 @@ def evaluate(task: str | TaskConfig, *, agent: str = "robust-cot", prompts: Prom
     return {"task": t.name, "agent": agent, "split": split, "seeds": seeds, **summary}
 
 
-__all__ = ["ConfigError", "OptimizeConfig", "RunError", "RunResult", "evaluate", "optimize"]
+__all__ = ["ConfigError", "OptimizeConfig", "RunError", "RunResult", "evaluate", "optimize", "plan"]

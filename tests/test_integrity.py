@@ -132,7 +132,7 @@ def test_an_oversized_child_is_refused_with_one_line_and_counted(tmp_path):
 @pytest.mark.parametrize("name", ["../x", "a/b", "/abs", "..", "a b"])
 def test_run_names_stay_inside_the_results_dir(name, tmp_path):
     from promptevo.cli.optimize import config_from_args
-    from promptevo.cli.parsing import UsageError
+    from promptevo.cli.errors import UsageError
 
     with pytest.raises(UsageError, match=r"^--run: .* is not a run name"):
         config_from_args(["--task", "goto", "--run", name, "--results-dir", str(tmp_path)])

@@ -65,6 +65,29 @@ def test_config_file_round_trip_and_errors(tmp_path):
         load_config_file(tmp_path / "nope.toml")
 
 
+def test_config_file_is_in_sections_and_a_misplaced_key_names_its_section(tmp_path):
+    """The file has one table per section of SECTIONS; flat keys (older run folders) still load; a key
+    in the wrong table, an unknown table or an unknown key is one line naming the valid choices."""
+    from promptevo.optim.config import SECTIONS
+
+    text = config_toml(OptimizeConfig(task="goto", alpha=0.1, agent_options={"history": 2}))
+    assert "[gate]\npromote_rule" in text and "alpha = 0.1" in text and "agent_options = {history = 2}" in text
+    tables = [line[1:-1] for line in text.splitlines() if line.startswith("[")]
+    assert tables == [s for s in SECTIONS if s in tables] and "gate" in tables
+    p = tmp_path / "c.toml"
+    p.write_text('[loop]\ntask = "goto"\n[gate]\nalpha = 0.1\n[agent]\nhistory = 3\n')
+    assert load_config_file(p) == {"task": "goto", "alpha": 0.1, "agent_options": {"history": 3}}
+    p.write_text('task = "goto"\nalpha = 0.1\n')  # flat, as earlier versions wrote it
+    assert load_config_file(p) == {"task": "goto", "alpha": 0.1}
+    for body, needle in (('[race]\nalpha = 0.1\n', "[race] has no setting 'alpha' (it is in [gate])"),
+                         ('[rase]\nrace = true\n', "unknown section [rase] (did you mean 'race'?)"),
+                         ('[gate]\nalpah = 0.1\n', "[gate] has no setting 'alpah' (did you mean 'alpha'?)")):
+        p.write_text(body)
+        with pytest.raises(ConfigError) as e:
+            load_config_file(p)
+        assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 def test_every_run_writes_its_settings_and_config_repeats_it(tmp_path):
     from promptevo.cli.optimize import config_from_args
 

@@ -85,12 +85,12 @@ def eval_cmd(
     seed_offset: int = typer.Option(0, "--seed-offset", min=0, help="Skip this many seeds of the split."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="PromptSet file (.md or .json) to use instead of the defaults."),
     init: str = typer.Option("plain", "--init", help="Default prompts: plain, guided or compact (prompts/<family>/<init>/)."),
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="Folder name under the results dir."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", "--run", help="Folder name under the results dir."),
     results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where run folders go."),
     resume: bool = typer.Option(False, "--resume", help="Continue an existing --run-name, skipping finished episodes."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the LLM response cache."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature, 0 to 2 (default 0)."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Max tokens per LLM reply."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", "--agent-max-tokens", help="Max tokens per LLM reply."),
     history: Optional[int] = typer.Option(None, "--history", help="naive/robust-cot: observations kept (default 16)."),
     constrained: Optional[bool] = typer.Option(
         None, "--constrained/--no-constrained", help="Grammar-constrained action output (default: on for local/ models)."
@@ -279,58 +279,40 @@ def _split_json(seeds: list[int]) -> dict:
     return {"seeds": seeds, "count": len(seeds)}
 
 
-# -- commands with many options: argparse parsers in cli/ (one-line usage errors, full --help) -------
-_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+# -- commands with many options: flags generated from the settings' fields (cli/flags.py) -------------
+def _register(name: str, flags: list[Any], run: Any, doc: str, summary: str) -> None:
+    """Register a command whose ``run(values) -> exit code`` reads the values its flags gave."""
+    from promptevo.cli.flags import context_settings, make_command
+
+    def body(values: dict[str, Any]) -> None:
+        try:
+            rc = run(values)
+        except user_error_types() as e:
+            fail(str(e))
+        if rc:
+            raise typer.Exit(int(rc))
+
+    app.command(name, help=doc, short_help=summary, context_settings=context_settings(flags))(
+        make_command(flags, body, doc))
 
 
-def _run(entry: Any, args: list[str]) -> None:
-    """Run a command's ``cli_main(args) -> int``; a user error it lets through is one line, exit 2."""
-    try:
-        rc = entry(list(args))
-    except user_error_types() as e:
-        fail(str(e))
-    raise typer.Exit(int(rc or 0))
+def _register_all() -> None:
+    from promptevo.cli import compare, curriculum, export, optimize, report
+
+    _register("optimize", optimize.optimize_flags(), optimize.run, optimize.DOC,
+              "Optimize an agent's prompts on a task (`promptevo optimize --help` lists every option).")
+    _register("curriculum", curriculum.curriculum_flags(), curriculum.run, curriculum.DOC,
+              "Optimize prompts across MAPF stages whose configuration an LLM environment engineer proposes "
+              "(--engineer llm) or keeps fixed (--engineer fixed).")
+    _register("compare", compare.COMPARE_FLAGS, compare.run, compare.DOC,
+              "Compare methods (robust-cot, promptevo, gepa) with the same model, LLM-call budget and seeds.")
+    _register("export", export.EXPORT_FLAGS, export.run, export.DOC,
+              "Export a run's best prompts (md + json), agent.json and LINEAGE.md.")
+    _register("report", report.REPORT_FLAGS, report.run, report.DOC,
+              "(Re)write a run's report: report.html, and report.json/report.md of a finished run.")
 
 
-@app.command("optimize", context_settings=_PASSTHROUGH)
-def optimize_cmd(ctx: typer.Context) -> None:
-    """Optimize an agent's prompts on a task (`promptevo optimize --help` lists every option)."""
-    from promptevo.cli.optimize import cli_main
-
-    _run(cli_main, ctx.args)
-
-
-@app.command("curriculum", context_settings=_PASSTHROUGH)
-def curriculum_cmd(ctx: typer.Context) -> None:
-    """Optimize prompts across MAPF stages whose configuration an LLM environment engineer proposes
-    (--engineer llm) or keeps fixed (--engineer fixed)."""
-    from promptevo.cli.curriculum import cli_main
-
-    _run(cli_main, ctx.args)
-
-
-@app.command("compare", context_settings=_PASSTHROUGH)
-def compare_cmd(ctx: typer.Context) -> None:
-    """Compare methods (robust-cot, promptevo, gepa) with the same model, LLM-call budget and seeds."""
-    from promptevo.cli.compare import cli_main
-
-    _run(cli_main, ctx.args)
-
-
-@app.command("export", context_settings=_PASSTHROUGH)
-def export_cmd(ctx: typer.Context) -> None:
-    """Export a run's best prompts (md + json), agent.json and LINEAGE.md."""
-    from promptevo.cli.export import cli_main
-
-    _run(cli_main, ctx.args)
-
-
-@app.command("report", context_settings=_PASSTHROUGH)
-def report_cmd(ctx: typer.Context) -> None:
-    """(Re)write a run's report: report.html, and report.json/report.md of a finished run."""
-    from promptevo.cli.report import cli_main
-
-    _run(cli_main, ctx.args)
+_register_all()
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Literal
 
 from promptevo.baselines.compare import (
     METHODS,
@@ -12,79 +13,108 @@ from promptevo.baselines.compare import (
     parse_methods,
     results_table,
 )
-from promptevo.cli.errors import print_error, user_error_types
-from promptevo.cli.parsing import CommandParser, check_run_name
+from promptevo.cli.errors import UsageError, print_error, user_error_types
+from promptevo.cli.flags import Flag, comma_list, own_flag, parse, run_args
+from promptevo.cli.names import check_run_name
 from promptevo.reporting.console import print_json, print_table
 
 
-def build_parser() -> CommandParser:
-    p = CommandParser(prog="promptevo compare",
-                      description="Run methods with the same model, LLM-call budget (enforced in the gateways), "
-                      "training, validation and test seeds, and print one table (test success with 95%% Wilson "
-                      "interval, optimization calls, tokens, cost, wall time). Writes results/<run>/compare.json.")
-    a = p.add_argument
-    a("--task", "-t", required=True, help="task name (see `promptevo tasks`)")
-    a("--methods", default="robust-cot,promptevo,gepa", help=f"comma-separated: {', '.join(METHODS)}")
-    a("--budget-calls", type=int, default=500, help="LLM calls each optimizer may spend (default 500)")
-    a("--agent", "-a", default="robust-cot", help="agent whose prompts are optimized (default robust-cot)")
-    a("--init", default="plain", help="initial prompts: plain, guided or compact (default plain)")
-    a("--history", type=int, default=None, help="naive/robust-cot: observations kept in the messages, for every "
-      "method (default the agent's, 16)")
-    a("--agent-max-tokens", type=int, default=512, help="max tokens per agent LLM call (default 512)")
-    a("--operators", default="induce,mutate", help="promptevo's proposal operators (default induce,mutate; the "
-      "person-written hint library is not used unless named)")
-    a("--model", "-m", default=None, help="agent LLM, a LiteLLM model string (default the local model)")
-    a("--api-base", default=None, help="server URL for the agent model")
-    a("--optimizer-model", default=None, help="LLM for promptevo's analyser/mutator and GEPA's reflection")
-    a("--optimizer-api-base", default=None, help="server URL for the optimizer model")
-    a("--test-episodes", type=int, default=20, help="test seeds for the final table (default 20)")
-    a("--train-episodes", type=int, default=6, help="training seeds shared by the optimizers (default 6)")
-    a("--val-episodes", type=int, default=6, help="validation seeds (promotion gate / GEPA valset; default 6)")
-    a("--max-steps", type=int, default=None, help="cap on episode length (default: the task's)")
-    a("--metric", choices=["success", "progression", "return"], default="success",
-      help="per-episode score the optimizers maximise (default success)")
-    a("--generations", type=int, default=100, help="promptevo generation cap (the budget usually stops first)")
-    a("--concurrency", "-j", type=int, default=4, help="episodes in parallel (default 4)")
-    a("--seed", type=int, default=0, help="LLM sampling seed and GEPA's seed (default 0)")
-    a("--no-cache", action="store_true", help="do not use the LLM response cache")
-    a("--results-dir", default="results", help="where run folders go (default results)")
-    a("--run-name", "--run", dest="run", default=None, help="run name (default compare-<task>-<timestamp>)")
-    a("--quiet", "-q", action="store_true", help="only the final table")
-    a("--json", action="store_true", dest="as_json", help="print compare.json as one JSON document on stdout "
-      "(progress goes to stderr)")
-    return p
+DOC = ("Run methods with the same model, LLM-call budget (enforced in the gateways), training, validation and "
+       "test seeds, and print one table (test success with 95% Wilson interval, optimization calls, tokens, cost, "
+       "wall time). Writes results/<run>/compare.json.")
+P_RUN, P_AGENT, P_SIZES = "run", "agent and models", "sizes and seeds"
+#: (flag, default); defaults are applied here, after parsing, so a flag left out is absent like optimize's
+FLAGS: list[tuple[Flag, Any]] = [
+    (own_flag("task", "--task", "-t", panel=P_RUN, help="task name (see `promptevo tasks`; required)"), None),
+    (own_flag("methods", "--methods", panel=P_RUN, help=f"comma-separated: {', '.join(METHODS)} (default "
+              "robust-cot,promptevo,gepa)"), "robust-cot,promptevo,gepa"),
+    (own_flag("budget_calls", "--budget-calls", kind=int, panel=P_RUN,
+              help="LLM calls each optimizer may spend (default 500)"), 500),
+    (own_flag("agent", "--agent", "-a", panel=P_AGENT, help="agent whose prompts are optimized (default "
+              "robust-cot)"), "robust-cot"),
+    (own_flag("init", "--init", panel=P_AGENT, help="initial prompts: plain, guided or compact (default plain)"),
+     "plain"),
+    (own_flag("history", "--history", kind=int, panel=P_AGENT, help="naive/robust-cot: observations kept in the "
+              "messages, for every method (default the agent's, 16)"), None),
+    (own_flag("agent_max_tokens", "--agent-max-tokens", kind=int, panel=P_AGENT,
+              help="max tokens per agent LLM call (default 512)"), 512),
+    (own_flag("operators", "--operators", panel=P_RUN, convert=comma_list, help="promptevo's proposal operators "
+              "(default induce,mutate; the person-written hint library is not used unless named)"),
+     ["induce", "mutate"]),
+    (own_flag("model", "--model", "-m", panel=P_AGENT, help="agent LLM, a LiteLLM model string (default the local "
+              "model)"), None),
+    (own_flag("api_base", "--api-base", panel=P_AGENT, help="server URL for the agent model"), None),
+    (own_flag("optimizer_model", "--optimizer-model", panel=P_AGENT,
+              help="LLM for promptevo's analyser/mutator and GEPA's reflection"), None),
+    (own_flag("optimizer_api_base", "--optimizer-api-base", panel=P_AGENT,
+              help="server URL for the optimizer model"), None),
+    (own_flag("test_episodes", "--test-episodes", kind=int, panel=P_SIZES,
+              help="test seeds for the final table (default 20)"), 20),
+    (own_flag("train_episodes", "--train-episodes", "--episodes", kind=int, panel=P_SIZES,
+              help="training seeds shared by the optimizers (default 6)"), 6),
+    (own_flag("val_episodes", "--val-episodes", "--validation-episodes", kind=int, panel=P_SIZES,
+              help="validation seeds (promotion gate / GEPA valset; default 6)"), 6),
+    (own_flag("max_steps", "--max-steps", kind=int, panel=P_SIZES, help="cap on episode length (default: the "
+              "task's)"), None),
+    (own_flag("metric", "--metric", "--fitness", kind=Literal["success", "progression", "return"], panel=P_SIZES,
+              help="per-episode score the optimizers maximise (default success)"), "success"),
+    (own_flag("generations", "--generations", "-g", kind=int, panel=P_SIZES,
+              help="promptevo generation cap (the budget usually stops first; default 100)"), 100),
+    (own_flag("concurrency", "--concurrency", "-j", kind=int, panel=P_AGENT,
+              help="episodes in parallel (default 4)"), 4),
+    (own_flag("seed", "--seed", kind=int, panel=P_SIZES, help="LLM sampling seed and GEPA's seed (default 0)"), 0),
+    (own_flag("no_cache", "--no-cache", kind=bool, panel=P_AGENT, help="do not use the LLM response cache"), False),
+    (own_flag("results_dir", "--results-dir", panel=P_RUN, help="where run folders go (default results)"),
+     "results"),
+    (own_flag("run", "--run", "--run-name", panel=P_RUN, help="run name (default compare-<task>-<timestamp>)"),
+     None),
+    (own_flag("quiet", "--quiet", "-q", kind=bool, panel=P_RUN, help="only the final table"), False),
+    (own_flag("as_json", "--json", kind=bool, panel=P_RUN, help="print compare.json as one JSON document on stdout "
+              "(progress goes to stderr)"), False),
+]
+COMPARE_FLAGS = [f for f, _ in FLAGS]
 
 
 def config_from_args(args: Sequence[str]) -> tuple[CompareConfig, bool, bool]:
     """(config, quiet, as_json) from command-line arguments."""
+    return config_from_given(parse(COMPARE_FLAGS, args, "promptevo compare", DOC))
+
+
+def config_from_given(given: dict[str, Any]) -> tuple[CompareConfig, bool, bool]:
+    """(config, quiet, as_json) from the values the command line gave."""
     from promptevo.llm.gateway import LLMConfig
 
-    ns = build_parser().parse_args(list(args))
-    if ns.run is not None:
-        check_run_name(ns.run)
+    v = {f.dest: given.get(f.dest, default) for f, default in FLAGS}
+    if not v["task"]:
+        raise UsageError("missing --task (see `promptevo tasks`)")
+    if v["run"] is not None:
+        check_run_name(v["run"])
     cfg = CompareConfig(
-        task=ns.task, methods=parse_methods(ns.methods), budget_calls=ns.budget_calls, agent=ns.agent,
-        init=ns.init, model=ns.model or LLMConfig().model, api_base=ns.api_base, optimizer_model=ns.optimizer_model,
-        optimizer_api_base=ns.optimizer_api_base, test_episodes=ns.test_episodes,
-        train_episodes=ns.train_episodes, val_episodes=ns.val_episodes, max_steps=ns.max_steps, metric=ns.metric,
-        generations=ns.generations, concurrency=ns.concurrency, seed=ns.seed, no_cache=ns.no_cache,
-        results_dir=ns.results_dir, run=ns.run, history=ns.history, max_tokens=ns.agent_max_tokens,
-        operators=[x.strip() for x in ns.operators.split(",") if x.strip()],
+        task=v["task"], methods=parse_methods(v["methods"]), budget_calls=v["budget_calls"], agent=v["agent"],
+        init=v["init"], model=v["model"] or LLMConfig().model, api_base=v["api_base"],
+        optimizer_model=v["optimizer_model"], optimizer_api_base=v["optimizer_api_base"],
+        test_episodes=v["test_episodes"], train_episodes=v["train_episodes"], val_episodes=v["val_episodes"],
+        max_steps=v["max_steps"], metric=v["metric"], generations=v["generations"], concurrency=v["concurrency"],
+        seed=v["seed"], no_cache=v["no_cache"], results_dir=v["results_dir"], run=v["run"], history=v["history"],
+        max_tokens=v["agent_max_tokens"], operators=v["operators"],
     )
-    return cfg, bool(ns.quiet), bool(ns.as_json)
+    return cfg, bool(v["quiet"]), bool(v["as_json"])
 
 
 def cli_main(args: Sequence[str]) -> int:
-    """Entry point of ``promptevo compare``; returns the exit code."""
+    """Entry point of ``promptevo compare`` with its arguments; returns the exit code."""
+    return run_args(COMPARE_FLAGS, args, run, "promptevo compare", DOC)
+
+
+def run(values: dict[str, Any]) -> int:
+    """``promptevo compare`` with the values its command line gave; returns the exit code."""
     from rich.console import Console
 
     err = Console(stderr=True, emoji=False)
     out = Console(emoji=False)
     try:
-        cfg, quiet, as_json = config_from_args(args)
+        cfg, quiet, as_json = config_from_given(values)
         check_methods_available(cfg.methods)
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
     except user_error_types() as e:
         print_error(e)
         return 2

@@ -7,45 +7,59 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from promptevo.cli.errors import print_error, user_error_types
-from promptevo.cli.optimize import build_parser, given_options
-from promptevo.cli.parsing import CommandParser, check_run_name
+from promptevo.cli.flags import Flag, own_flag, parse, run_args
+from promptevo.cli.names import check_run_name
+from promptevo.cli.optimize import optimize_flags, split_given
 from promptevo.optim.config import ConfigError, OptimizeConfig, validate_config
 from promptevo.curriculum import curriculum_table, load_mapf_task, run_curriculum
 from promptevo.optim.state import RunError
 
 
-def build_curriculum_parser() -> CommandParser:
-    p = build_parser("promptevo curriculum")
-    p.description = ("Optimize an agent's prompts over a curriculum of MAPF-FrozenLake configurations: after each "
-                     "stage an LLM environment engineer reads the failures and sets the next stage's generator "
-                     "knobs. Writes results/<run>/stage-k/ and curriculum.json/.md.")
-    p.add_argument("--stages", type=int, help="stages (default 3); --generations is per stage")
-    p.add_argument("--engineer", choices=["llm", "fixed"],
-                   help="llm: the optimizer LLM sets the next configuration; fixed: it never changes (default llm)")
-    p.add_argument("--target", help="task whose test seeds judge the initial and final prompts (default --task)")
-    p.add_argument("--max-changes", type=int, help="knobs the engineer may change per stage (default 2)")
-    return p
+DOC = ("Optimize an agent's prompts over a curriculum of MAPF-FrozenLake configurations: after each stage an "
+       "LLM environment engineer reads the failures and sets the next stage's generator knobs. Writes "
+       "results/<run>/stage-k/ and curriculum.json/.md.")
+PANEL = "curriculum"
+STAGE_FLAGS = [
+    own_flag("stages", "--stages", kind=int, panel=PANEL, help="stages (default 3); --generations is per stage"),
+    own_flag("engineer", "--engineer", kind=Literal["llm", "fixed"], panel=PANEL,
+             help="llm: the optimizer LLM sets the next configuration; fixed: it never changes (default llm)"),
+    own_flag("target", "--target", panel=PANEL,
+             help="task whose test seeds judge the initial and final prompts (default --task)"),
+    own_flag("max_changes", "--max-changes", kind=int, panel=PANEL,
+             help="knobs the engineer may change per stage (default 2)"),
+]
+
+
+def curriculum_flags() -> list[Flag]:
+    """optimize's flags (a stage is an optimize run) and the curriculum's own."""
+    return [f for f in optimize_flags() if f.dest not in ("config", "dry_run", "seconds_per_call")] + STAGE_FLAGS
 
 
 def curriculum_args(args: Sequence[str]) -> tuple[OptimizeConfig, dict[str, Any], bool]:
     """(base config, run_curriculum keyword arguments, quiet) from command-line arguments."""
-    ns = build_curriculum_parser().parse_args(list(args))
-    stage_options = {"stages", "engineer", "target", "max_changes"}
-    given = {k: v for k, v in given_options(ns).items() if k not in stage_options}
+    return curriculum_given(parse(curriculum_flags(), args, "promptevo curriculum", DOC))
+
+
+def curriculum_given(values: dict[str, Any]) -> tuple[OptimizeConfig, dict[str, Any], bool]:
+    """(base config, run_curriculum keyword arguments, quiet) from the values the command line gave."""
+    stage_options = {f.dest for f in STAGE_FLAGS}
+    settings, own = split_given({k: v for k, v in values.items() if k not in stage_options})
+    stage = {k: values.get(k) for k in stage_options}
+    given = dict(settings)
     if given.get("run") is not None:
         check_run_name(given["run"])
     if "baseline" in given and given["baseline"].lower() in ("none", "off", ""):
         given["baseline"] = None
-    if ns.history is not None:
-        given["agent_options"] = {"history": ns.history}
+    if own.get("history") is not None:
+        given["agent_options"] = {"history": own["history"]}
     stored: dict[str, Any] = {}
-    if ns.resume:
-        path = Path(ns.resume)
+    if own.get("resume"):
+        path = Path(own["resume"])
         if not (path / "curriculum.json").exists():
-            path = Path(given.get("results_dir") or "results") / ns.resume
+            path = Path(given.get("results_dir") or "results") / own["resume"]
         if not (path / "curriculum.json").exists():
             raise RunError(f"no curriculum to resume: {path / 'curriculum.json'} does not exist")
         try:
@@ -61,29 +75,32 @@ def curriculum_args(args: Sequence[str]) -> tuple[OptimizeConfig, dict[str, Any]
     cfg = validate_config(given)
     if cfg.run is None:
         cfg = cfg.model_copy(update={"run": f"{cfg.task}-curriculum-{datetime.now().strftime('%Y%m%d-%H%M%S')}"})
-    stages = ns.stages if ns.stages is not None else int(stored.get("stages_planned") or 3)
-    mode = {"llm": "engineer", "fixed": "fixed"}[ns.engineer] if ns.engineer else stored.get("mode", "engineer")
-    max_changes = ns.max_changes if ns.max_changes is not None else int(stored.get("max_changes") or 2)
+    stages = stage["stages"] if stage["stages"] is not None else int(stored.get("stages_planned") or 3)
+    mode = {"llm": "engineer", "fixed": "fixed"}[stage["engineer"]] if stage["engineer"] else stored.get("mode", "engineer")
+    max_changes = stage["max_changes"] if stage["max_changes"] is not None else int(stored.get("max_changes") or 2)
     if stages < 1:
         raise RunError(f"--stages must be >= 1 (got {stages})")
     if max_changes < 0:
         raise RunError(f"--max-changes must be >= 0 (got {max_changes})")
-    target = ns.target or (stored.get("target_task") if stored else None)
+    target = stage["target"] or (stored.get("target_task") if stored else None)
     load_mapf_task(cfg.task, "task")
     if target:
         load_mapf_task(target, "target task")
-    return cfg, {"stages": stages, "mode": mode, "target_task": target, "max_changes": max_changes}, bool(ns.quiet)
+    return cfg, {"stages": stages, "mode": mode, "target_task": target, "max_changes": max_changes}, bool(own.get("quiet"))
 
 
 def cli_main(args: Sequence[str]) -> int:
-    """Entry point of ``promptevo curriculum``; returns the exit code."""
+    """Entry point of ``promptevo curriculum`` with its arguments; returns the exit code."""
+    return run_args(curriculum_flags(), args, run, "promptevo curriculum", DOC)
+
+
+def run(values: dict[str, Any]) -> int:
+    """``promptevo curriculum`` with the values its command line gave; returns the exit code."""
     from rich.console import Console
 
     err = Console(stderr=True, emoji=False)
     try:
-        cfg, kw, quiet = curriculum_args(args)
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+        cfg, kw, quiet = curriculum_given(values)
     except (RunError, ConfigError, *user_error_types()) as e:
         print_error(e)
         return 2

@@ -9,6 +9,10 @@ class UserError(PromptevoError):
     """A problem with the user's input; printed as one line, exit code 2."""
 
 
+class UsageError(UserError):
+    """An unknown option, a missing argument, a value of the wrong type or a bad name on the command line."""
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input: every :class:`~promptevo.errors.PromptevoError` (unknown task or
     agent, bad file, bad model configuration, a run that cannot start...) and a missing file."""

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from promptevo import __version__
 from promptevo.cli.errors import UserError, print_error, user_error_types
-from promptevo.cli.parsing import check_run_name
+from promptevo.cli.names import check_run_name
 from promptevo.reporting.console import print_json, print_table
 
 console = Console(emoji=False)

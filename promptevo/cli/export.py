@@ -5,36 +5,40 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from promptevo.cli.errors import UserError, print_error, user_error_types
-from promptevo.cli.parsing import CommandParser
+from promptevo.cli.flags import own_flag, run_args
 from promptevo.optim.state import RunError, resolve_run_dir
 from promptevo.reporting.export import export_run
 
 
-def build_parser() -> CommandParser:
-    p = CommandParser(prog="promptevo export",
-                      description="Write a run's best prompts (md + json), agent.json and LINEAGE.md.")
-    p.add_argument("run", help="run folder, or a run name under --results-dir")
-    p.add_argument("--out", "-o", help="output folder (default <run>/export); an existing folder that is not an "
-                   "export needs --force")
-    p.add_argument("--force", action="store_true", help="write into an existing --out folder")
-    p.add_argument("--results-dir", default="results", help="where run folders are (default results)")
-    return p
+DOC = "Export a run's best prompts (md + json), agent.json and LINEAGE.md."
+EXPORT_FLAGS = [
+    own_flag("run", argument=True, metavar="RUN", panel="", help="run folder, or a run name under --results-dir"),
+    own_flag("out", "--out", "-o", panel="output", help="output folder (default <run>/export); an existing folder "
+             "that is not an export needs --force"),
+    own_flag("force", "--force", kind=bool, panel="output", help="write into an existing --out folder"),
+    own_flag("results_dir", "--results-dir", panel="output", help="where run folders are (default results)"),
+]
 
 
 def cli_main(args: Sequence[str]) -> int:
-    """Entry point of ``promptevo export RUN [--out DIR]``; returns the exit code."""
+    """Entry point of ``promptevo export RUN [--out DIR]`` with its arguments; returns the exit code."""
+    return run_args(EXPORT_FLAGS, args, run, "promptevo export", DOC)
+
+
+def run(values: dict[str, Any]) -> int:
+    """``promptevo export`` with the values its command line gave; returns the exit code."""
     from rich.console import Console
 
+    out_dir, results_dir = values.get("out"), values.get("results_dir") or "results"
     try:
-        ns = build_parser().parse_args(list(args))
-        if ns.out and not ns.force and Path(ns.out).exists() and (not Path(ns.out).is_dir() or any(Path(ns.out).iterdir())):
-            raise UserError(f"--out: {ns.out} exists and is not empty; its files would be overwritten (give --force "
+        if out_dir and not values.get("force") and Path(out_dir).exists() \
+                and (not Path(out_dir).is_dir() or any(Path(out_dir).iterdir())):
+            raise UserError(f"--out: {out_dir} exists and is not empty; its files would be overwritten (give --force "
                             "to write there anyway, or choose another folder)")
-        paths = export_run(resolve_run_dir(ns.run, ns.results_dir), ns.out)
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+        paths = export_run(resolve_run_dir(values["run"], results_dir), out_dir)
     except (RunError, OSError, *user_error_types()) as e:
         print_error(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return 2

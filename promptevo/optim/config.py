@@ -39,21 +39,27 @@ class OptimizeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # what is optimized
-    task: str
-    preset: Literal["quick", "standard", "thorough"] | None = Field(default=None, description="named run sizes "
-                                                                   "(explicit size options win)")
-    agent: str = "two-stage"
-    init: str = Field(default="plain", description="initial default prompts (plain, guided, compact: prompts/<family>/<init>/)")
+    task: str = Field(description="task name (see `promptevo tasks`; required unless --resume)")
+    preset: Literal["quick", "standard", "thorough"] | None = Field(default=None, description="named run sizes: "
+        "quick = 2 generations x 2 children x 10 training seeds, 40 validation, 50 test; standard = the defaults "
+        "(4 x 3 x 32, 150, 100); thorough = 6 x 4 x 48, 300, 200. Explicit sizes win; a new command-line run on a "
+        "local/ model gets quick")
+    agent: str = Field(default="two-stage", description="agent whose prompts are optimized")
+    init: str = Field(default="plain", description="initial default prompts: plain, guided or compact "
+                      "(prompts/<family>/<init>/)")
     prompts: str | None = Field(default=None, description="initial PromptSet file (.md/.json); overrides init")
     agent_options: dict[str, Any] = Field(default_factory=dict, description="agent keyword options, e.g. history")
     # models
-    model: str = DEFAULT_MODEL
-    api_base: str | None = None
-    optimizer_model: str | None = Field(default=None, description="defaults to model")
-    optimizer_api_base: str | None = Field(default=None, description="defaults to api_base when the models match")
-    no_cache: bool = False
+    model: str = Field(default=DEFAULT_MODEL, description="agent LLM (LiteLLM model string)")
+    api_base: str | None = Field(default=None, description="server URL for the agent model")
+    optimizer_model: str | None = Field(default=None, description="LLM for the analyzer and the operators "
+                                        "(default: model)")
+    optimizer_api_base: str | None = Field(default=None, description="server URL for the optimizer model "
+                                           "(default: api_base when the models match)")
+    no_cache: bool = Field(default=False, description="do not use the LLM response cache")
     temperature: float = Field(default=0.0, ge=0, le=2, description="agent sampling temperature")
-    timeout: float = Field(default=120.0, gt=0, description="seconds one LLM call may take before it is retried")
+    timeout: float = Field(default=120.0, gt=0, description="seconds one LLM call may take before it is retried "
+                           "(a retry prints one line)")
     max_steps: int | None = Field(default=None, ge=1, description="cap on steps per episode (default: the "
                                   "env's own limit, BALROG's 64/128 for BabyAI)")
     agent_max_tokens: int = Field(default=512, ge=16, description="max tokens per agent LLM call")
@@ -61,7 +67,7 @@ class OptimizeConfig(BaseModel):
                                    "without a known price")
     price_out: float | None = Field(default=None, ge=0, description="USD per million completion tokens")
     # the loop
-    generations: int = Field(default=4, ge=0)
+    generations: int = Field(default=4, ge=0, description="generations")
     children: int = Field(default=3, ge=1, description="children proposed per generation")
     episodes: int = Field(default=32, ge=1, description="training seeds a child is compared on (paired; raced in "
                           "batches of a quarter, a half, all)")
@@ -71,13 +77,14 @@ class OptimizeConfig(BaseModel):
     test_episodes: int = Field(default=100, ge=1, description="test seeds played once at the end")
     final_test: bool = Field(default=True, description="play the test split at the end (a curriculum's stages "
                              "do not: the curriculum plays its target's test seeds once, at its end)")
-    fitness: Fitness = Field(default="success", description="per-episode score the loop optimizes")
+    fitness: Fitness = Field(default="success", description="per-episode score the loop optimizes (progress: "
+                             "the env's dense signal)")
     allow_negative_margins: bool = Field(default=False, description="accept a negative accept_margin or "
                                          "promote_margin (a child worse than its parent may then win)")
-    accept_rule: AcceptRule = "margin"
+    accept_rule: AcceptRule = Field(default="margin", description="training-seed acceptance of a child")
     accept_margin: float = Field(default=0.0, allow_inf_nan=False,
                                  description="mean paired training difference needed")
-    promote_rule: PromoteRule = "sign"
+    promote_rule: PromoteRule = Field(default="sign", description="paired test of the validation gate")
     gate: Literal["sequential", "fixed"] = Field(default="sequential", description="validation gate: sequential "
                                                  "(looks at 25/50/75/100% of the seeds, O'Brien-Fleming-type alpha "
                                                  "spending, stops as soon as the evidence decides) or fixed (all "
@@ -90,11 +97,13 @@ class OptimizeConfig(BaseModel):
     alpha: float = Field(default=0.05, gt=0, lt=1, description="run-wide level of the promotion tests")
     correction: Literal["bonferroni", "none"] = Field(default="bonferroni", description="split alpha over "
                                                       "the generations' promotion tests")
-    race: bool = Field(default=True, description="evaluate children on growing batches; stop hopeless ones")
+    race: bool = Field(default=True, description="evaluate children on growing batches and stop hopeless ones "
+                       "(off: every child plays all training seeds)")
     race_alpha: float = Field(default=0.2, gt=0, lt=1, description="level at which a child that is worse than "
                               "its parent is stopped early")
-    operators: list[str] = Field(default_factory=lambda: ["induce", "mutate"], description="proposal operators "
-                                 "from the operator registry (`promptevo operators` lists them)")
+    operators: list[str] = Field(default_factory=lambda: ["induce", "mutate"], description="proposal operators, "
+                                 "comma separated, from the operator registry (`promptevo operators` says what "
+                                 "each does; hints is the person-written library)")
     expert_seeds: list[int] | None = Field(default=None, description="seeds the game's expert plays (default: "
                                            "expert_episodes fresh training seeds per generation)")
     screen: Literal["filter", "audit", "off"] = Field(default="filter", description="replay recorded states "
@@ -105,17 +114,17 @@ class OptimizeConfig(BaseModel):
     expert_episodes: int = Field(default=20, ge=0, description="training seeds the game's expert plays per "
                                  "generation (labelled states for induced rules; no LLM calls)")
     hints: str | None = Field(default=None, description="hint library file, or 'builtin' for the family's "
-                              "shipped library (used by the hints operator)")
-    loop_cutoff: bool = Field(default=True, description="stop an episode whose state repeats exactly "
-                              "(deterministic agents only)")
+                              "shipped library (used by the hints operator, the person-written one)")
+    loop_cutoff: bool = Field(default=True, description="stop an episode whose state repeats exactly and "
+                              "replay the cycle (deterministic agents only; off: play to the step limit)")
     failure_share: float = Field(default=0.25, gt=0, le=1, description="stop the run (resumable, non-zero exit) "
                                  "when more than this share of the episodes of one evaluation could not be played "
                                  "because the LLM failed")
     # budgets (the final test evaluation always runs)
-    budget_llm_calls: int | None = Field(default=None, ge=1)
-    budget_tokens: int | None = Field(default=None, ge=1)
-    budget_dollars: float | None = Field(default=None, gt=0)
-    budget_episodes: int | None = Field(default=None, ge=1)
+    budget_llm_calls: int | None = Field(default=None, ge=1, description="stop after this many LLM calls")
+    budget_tokens: int | None = Field(default=None, ge=1, description="stop after this many tokens")
+    budget_dollars: float | None = Field(default=None, gt=0, description="stop after this much spend (USD)")
+    budget_episodes: int | None = Field(default=None, ge=1, description="stop after this many episodes")
     # stop conditions (each recorded as the stop reason; the final test split is still played, and --resume
     # with a larger limit continues the run)
     max_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="time limit (over "
@@ -126,27 +135,37 @@ class OptimizeConfig(BaseModel):
                                          "validation success rate reaches this")
     concurrency: int | None = Field(default=None, ge=1, description="episodes in flight (default: 1 for "
                                     "local/ models, 4 otherwise)")
-    seed: int = 0
-    baseline: str | None = Field(default="robust-cot", description="agent shown as baseline in the report")
+    seed: int = Field(default=0, description="run seed: draws the training seeds")
+    baseline: str | None = Field(default="robust-cot", description="agent shown as baseline in the final "
+                                 "table ('none' to skip)")
     ablate_best: bool = Field(default=False, description="at the end, re-run validation seeds with each segment "
                               "of the best prompts removed (counterfactual ablation)")
     # the optimizer LLM
-    max_trajectories: int = Field(default=6, ge=1)
-    max_steps_shown: int = Field(default=30, ge=4)
-    optimizer_temperature: float = Field(default=0.7, ge=0, le=2)
-    optimizer_max_tokens: int = Field(default=2048, ge=64)
+    max_trajectories: int = Field(default=6, ge=1, description="episodes the analyzer reads per generation")
+    max_steps_shown: int = Field(default=30, ge=4, description="steps of one episode the analyzer reads")
+    optimizer_temperature: float = Field(default=0.7, ge=0, le=2, description="optimizer sampling temperature")
+    optimizer_max_tokens: int = Field(default=2048, ge=64, description="max tokens per analyzer/mutator reply")
     # optional strategies (off by default)
-    evidence: Literal["raw", "cards", "auto"] = "raw"
-    cards_above: int = Field(default=4000, ge=0)
-    prune_at: float | None = Field(default=None, ge=0, le=1)
-    skills: str | None = None
-    skill_children: int = Field(default=1, ge=0)
-    backtest: bool = False
-    backtest_episodes: int | None = Field(default=None, ge=1)
-    ray: bool = False
-    mlflow: bool = False
+    evidence: Literal["raw", "cards", "auto"] = Field(default="raw", description="analyzer reads raw trajectories, "
+                                                      "evidence cards, or auto (cards above cards_above tokens)")
+    cards_above: int = Field(default=4000, ge=0, description="with evidence auto: raw prompt tokens above which "
+                             "cards are used")
+    prune_at: float | None = Field(default=None, ge=0, le=1, description="scaffold pruning once validation "
+                                   "success >= this rate")
+    skills: str | None = Field(default=None, description="rule bank / skill library (JSON, created if missing): "
+                               "machine-written rules accepted or promoted here are kept with their evidence and "
+                               "counters, and offered as children to runs on other tasks")
+    skill_children: int = Field(default=1, ge=0, description="children per generation that insert a skill")
+    backtest: bool = Field(default=False, description="before promoting, replay on earlier generations' seeds and "
+                           "run validity diagnostics")
+    backtest_episodes: int | None = Field(default=None, ge=1, description="earlier seeds replayed by backtest "
+                                          "(default: episodes)")
+    ray: bool = Field(default=False, description="play episodes as Ray tasks (also when RAY_ADDRESS is set); "
+                      "needs promptevo[ray]")
+    mlflow: bool = Field(default=False, description="log the run to MLflow (./mlruns or MLFLOW_TRACKING_URI); "
+                         "needs promptevo[mlflow]")
     # where
-    results_dir: str = "results"
+    results_dir: str = Field(default="results", description="where run folders go")
     run: str | None = Field(default=None, description="run name; default <task>-<agent>-<timestamp>")
     resume: bool = False
 
@@ -224,6 +243,44 @@ def flag_of(field: str) -> str:
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+#: the sections of the settings, in the order of ``--help`` and of a config file; every field but
+#: ``resume`` (per invocation) is in exactly one. The TOML file has one table per section.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "loop": ("task", "preset", "seed", "generations", "children", "episodes", "evidence_episodes",
+             "validation_episodes", "test_episodes", "fitness", "final_test", "failure_share"),
+    "agent": ("agent", "init", "prompts", "agent_options", "model", "api_base", "temperature", "timeout",
+              "max_steps", "agent_max_tokens", "loop_cutoff", "concurrency", "no_cache"),
+    "race": ("accept_rule", "accept_margin", "allow_negative_margins", "race", "race_alpha"),
+    "gate": ("promote_rule", "gate", "promote_margin", "alpha", "correction"),
+    "screen": ("screen", "screen_states"),
+    "operators": ("operators", "optimizer_model", "optimizer_api_base", "max_segment_tokens", "rule_samples",
+                  "expert_episodes", "expert_seeds", "hints", "optimizer_max_tokens", "optimizer_temperature",
+                  "max_trajectories", "max_steps_shown"),
+    "strategies": ("evidence", "cards_above", "prune_at", "skills", "skill_children", "backtest",
+                   "backtest_episodes", "ray"),
+    "budget": ("budget_llm_calls", "budget_tokens", "budget_dollars", "budget_episodes", "max_hours", "patience",
+               "target_success", "price_in", "price_out"),
+    "output": ("baseline", "ablate_best", "mlflow", "results_dir", "run"),
+}
+
+#: what each section is about (the titles of ``promptevo optimize --help``)
+SECTION_TITLES = {
+    "loop": "loop: task, sizes and seeds", "agent": "agent: the prompts' player and its LLM",
+    "race": "race: acceptance on paired training seeds", "gate": "gate: promotion on validation seeds",
+    "screen": "screen: recorded states replayed before racing", "operators": "operators and the optimizer LLM",
+    "strategies": "strategies (optional; off by default)", "budget": "budget and stopping",
+    "output": "output",
+}
+
+
+def section_of(field: str) -> str:
+    """The section a config field belongs to (KeyError for ``resume`` and unknown names)."""
+    for name, fields in SECTIONS.items():
+        if field in fields:
+            return name
+    raise KeyError(field)
+
+
 #: the preset of a new run on a local model when none is named: sizes that finish in hours on 2 cores
 LOCAL_PRESET = "quick"
 
@@ -277,30 +334,31 @@ def _toml_value(v: Any) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items() if x is not None) + "}"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
 def config_toml(cfg: OptimizeConfig) -> str:
-    """The resolved settings of a run as TOML (``promptevo optimize --config FILE`` repeats it); unset
-    options are left out, credentials in server URLs are masked."""
+    """The resolved settings of a run as TOML, one table per section of :data:`SECTIONS`
+    (``promptevo optimize --config FILE`` repeats it); unset options are left out, credentials in server
+    URLs are masked."""
     d = cfg.model_dump(mode="json")
-    lines = ["# promptevo optimize settings: `promptevo optimize --config <this file>` repeats the run", ""]
-    tables = []
-    for k, v in d.items():
-        if k in NOT_IN_FILE or v is None:
-            continue
-        if isinstance(v, dict):
-            tables.append((k, v))
-            continue
-        lines.append(f"{k} = {_toml_value(v)}")
-    for k, v in tables:
-        lines += ["", f"[{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items() if vv is not None]
+    lines = ["# promptevo optimize settings: `promptevo optimize --config <this file>` repeats the run"]
+    for section, fields in SECTIONS.items():
+        rows = [f"{k} = {_toml_value(d[k])}" for k in fields if k not in NOT_IN_FILE and d.get(k) is not None]
+        if rows:
+            lines += ["", f"[{section}]", *rows]
     return "\n".join(lines) + "\n"
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Option values from a TOML file (keys as fields or as flags: ``validation_episodes`` or
-    ``validation-episodes``); one ConfigError line on a missing, unreadable or unknown entry."""
+    """Option values from a TOML file: one table per section (``[loop]`` ``generations = 3``), as
+    :func:`config_toml` writes it, or flat keys (run folders of earlier versions); keys as fields or as
+    flags (``validation_episodes`` or ``validation-episodes``); ``history`` is the agent's option. One
+    ConfigError line on a missing or unreadable file, an unknown section or an unknown key, naming the
+    valid choices."""
+    import difflib
     import tomllib
 
     p = Path(path)
@@ -310,14 +368,35 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {p}: no such file") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"--config {p}: not a readable TOML file ({' '.join(str(e).split())})") from None
-    out: dict[str, Any] = {}
-    fields = set(OptimizeConfig.model_fields)
+    fields = set(OptimizeConfig.model_fields) - set(NOT_IN_FILE)
+
+    def closest(key: str, valid: Any) -> str:
+        near = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+        return f" (did you mean {near[0]!r}?)" if near else ""
+
+    entries: list[tuple[str, str, Any]] = []  # (section or "", key, value)
     for k, v in data.items():
+        if isinstance(v, dict) and k.replace("-", "_") != "agent_options":
+            if k not in SECTIONS:
+                raise ConfigError(f"--config {p}: unknown section [{k}]{closest(k, SECTIONS)}; sections: "
+                                  + ", ".join(SECTIONS))
+            entries += [(k, kk, vv) for kk, vv in v.items()]
+        else:
+            entries.append(("", k, v))
+    out: dict[str, Any] = {}
+    for section, k, v in entries:
         key = k.replace("-", "_")
-        if key == "history":
+        if key == "history" and section in ("", "agent"):
             out.setdefault("agent_options", {})["history"] = v
             continue
-        if key not in fields or key in NOT_IN_FILE:
-            raise ConfigError(f"--config {p}: unknown setting {k!r}")
+        if section and key not in SECTIONS[section]:
+            where = f" (it is in [{section_of(key)}])" if key in fields else closest(key, SECTIONS[section])
+            raise ConfigError(f"--config {p}: [{section}] has no setting {k!r}{where}; [{section}] has: "
+                              + ", ".join(x for x in SECTIONS[section] if x not in NOT_IN_FILE))
+        if key not in fields:
+            raise ConfigError(f"--config {p}: unknown setting {k!r}{closest(key, fields)}")
+        if key == "agent_options" and isinstance(v, dict):
+            out["agent_options"] = {**out.get("agent_options", {}), **v}
+            continue
         out[key] = v
     return out
