@@ -103,17 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     base = ["optimize", "--task", a.task, "--agent", a.agent, "--init", a.init, *common]
     lib = out / "skills.json"
     runs = {
-        "plain": base + ["--run", str(out / "plain")],
-        "cards": base + ["--evidence", "cards", "--run", str(out / "cards")],
+        "plain": base + ["--results-dir", str(out), "--run", "plain"],
+        "cards": base + ["--evidence", "cards", "--results-dir", str(out), "--run", "cards"],
         "prune": ["optimize", "--task", a.task, "--agent", a.agent, *common, "--init", a.prune_init,
-                  "--children", a.prune_children, "--prune-at", a.prune_at, "--run", str(out / "prune")],
+                  "--children", a.prune_children, "--prune-at", a.prune_at, "--results-dir", str(out),
+                  "--run", "prune"],
         "skills-src": ["optimize", "--task", a.skill_source, "--agent", a.agent, "--init", a.init, *common,
-                       "--skills", str(lib), "--backtest", "--run", str(out / "skills-src")],
-        "skills": base + ["--skills", str(lib), "--backtest", "--run", str(out / "skills")],
+                       "--skills", str(lib), "--backtest", "--results-dir", str(out), "--run", "skills-src"],
+        "skills": base + ["--skills", str(lib), "--backtest", "--results-dir", str(out), "--run", "skills"],
         "engineer": ["curriculum", "--task", a.mapf_task, "--target", a.mapf_target, "--agent", a.agent, "--stages",
-                     "2", "--engineer", "llm", *common, *shlex.split(a.curriculum), "--run", str(out / "engineer")],
+                     "2", "--engineer", "llm", *common, *shlex.split(a.curriculum),
+                     "--results-dir", str(out), "--run", "engineer"],
         "fixed": ["curriculum", "--task", a.mapf_task, "--target", a.mapf_target, "--agent", a.agent, "--stages",
-                  "2", "--engineer", "fixed", *common, *shlex.split(a.curriculum), "--run", str(out / "fixed")],
+                  "2", "--engineer", "fixed", *common, *shlex.split(a.curriculum),
+                  "--results-dir", str(out), "--run", "fixed"],
     }
     rows = []
     for name in only:
@@ -171,7 +174,8 @@ def ray_check(exe: list[str], a: argparse.Namespace, model: list[str], out: Path
         extra = ["--ray"] if mode == "ray" else []
         rcs[mode], walls[mode] = run(exe + common + extra + ["--results-dir", str(out), "--run-name", f"eval-{mode}"],
                                 out / f"eval-{mode}.log")
-    timing = {"wall_s", "latency_s", "duration_s", "started", "finished", "time", "timestamp"}
+    # timing fields, and the record's checksum (it covers them)
+    timing = {"wall_s", "latency_s", "duration_s", "started", "finished", "time", "timestamp", "sum"}
 
     def load(mode: str) -> list[dict]:
         path = out / f"eval-{mode}" / "episodes.jsonl"

@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional
 import typer
 
 from promptevo.cli.errors import UsageError, print_error, user_error_types
-from promptevo.optim.config import SECTION_TITLES, SECTIONS, OptimizeConfig, flag_of
+from promptevo.optim.config import SECTION_TITLES, SECTIONS, OptimizeConfig, flag_of, section_of
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,9 @@ def _with_default(text: str, default: Any) -> str:
     return f"{text} (default {default})"
 
 
-def field_flag(name: str, panel: str | None = None) -> Flag:
+def field_flag(name: str) -> Flag:
     """The flag of config field ``name``: names from flag_of and ALIASES, type and default from the
     field, help from its description (with its default), panel from its section."""
-    from promptevo.optim.config import section_of
-
     info = OptimizeConfig.model_fields[name]
     kind = _base_type(info.annotation)
     default = None if info.is_required() else info.get_default(call_default_factory=True)
@@ -92,7 +90,7 @@ def field_flag(name: str, panel: str | None = None) -> Flag:
                          ("on" if default else None) if kind is bool else default)
     if typing.get_origin(kind) is Literal:
         text += "; one of " + ", ".join(typing.get_args(kind))
-    return Flag(name, decls, kind, text, panel or SECTION_TITLES[section_of(name)], convert)
+    return Flag(name, decls, kind, text, SECTION_TITLES[section_of(name)], convert)
 
 
 def config_flags(exclude: Sequence[str] = ()) -> list[Flag]:
