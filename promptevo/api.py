@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from promptevo.fileio import FolderLock, FolderLockError, io_error_line, write_text_atomic
-from promptevo.optim.config import ConfigError, OptimizeConfig, config_toml, validate_config
+from promptevo.optim.config import ConfigError, OptimizeConfig, config_toml, default_run_name, validate_config
 from promptevo.optim.engine import Engine, RunResult
 from promptevo.optim.events import Emitter
 from promptevo.optim.state import CHECKPOINT, RunError, RunStopped
@@ -348,42 +348,228 @@ def _ray_builder_and_runner(config: OptimizeConfig, task: TaskConfig, agent_gate
     return builder, runner
 
 
-def evaluate(task: str | TaskConfig, *, agent: str = "robust-cot", prompts: PromptSet | str | None = None,
-             init: str = "plain", model: str | None = None, api_base: str | None = None, episodes: int | None = None,
-             split: str = "test", seed_offset: int = 0, concurrency: int | None = None, temperature: float = 0.0,
-             max_tokens: int | None = None, max_steps: int | None = None, gateway: Any = None,
-             no_cache: bool = False, results_dir: str | None = None, run_name: str | None = None,
-             **agent_options: Any) -> dict:
-    """Play ``agent`` on ``episodes`` seeds of ``split`` (test by default) and return the summary: n,
-    success rate with its 95% Wilson interval, BALROG progression, mean progress, steps, tokens, cost.
-    With ``results_dir`` the episodes and the summary are written to ``results_dir/run_name``."""
-    from promptevo.agents.registry import agent_factory, needs_llm
-    from promptevo.evaluation.rollout import evaluate as play
-    from promptevo.evaluation.store import RunWriter
+class EvalError(RunError):
+    """A setting of :func:`evaluate` out of range, or a run folder it may not write (one line)."""
 
-    t = load_task(task) if isinstance(task, str) else task
+
+def check_eval_settings(*, episodes: int | None = None, concurrency: int | None = 1, split: str = "test",
+                        seed_offset: int = 0, temperature: float | None = None, max_tokens: int | None = None,
+                        history: int | None = None, init: str = "plain") -> None:
+    """Raise :class:`EvalError` (one line naming the flag) for an out-of-range evaluation setting."""
+    import math
+
+    from promptevo.agents.registry import prompt_inits
+
+    checks = [
+        (episodes is not None and episodes < 1, f"--episodes must be >= 1 (got {episodes})"),
+        (concurrency is not None and concurrency < 1, f"--concurrency must be >= 1 (got {concurrency})"),
+        (split == "heldout", "--seeds heldout was renamed: use test (the split played once at the end), or validation"),
+        (split not in ("train", "validation", "test", "heldout"),
+         f"--seeds must be train, validation or test (got {split!r})"),
+        (seed_offset < 0, f"--seed-offset must be >= 0 (got {seed_offset})"),
+        (temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0),
+         f"--temperature must be between 0 and 2 (got {temperature})"),
+        (max_tokens is not None and max_tokens < 1, f"--max-tokens must be >= 1 (got {max_tokens})"),
+        (history is not None and history < 1, f"--history must be >= 1 (got {history})"),
+        (init not in prompt_inits(), f"--init must be one of {', '.join(prompt_inits())} (got {init!r})"),
+    ]
+    for bad, line in checks:
+        if bad:
+            raise EvalError(line)
+
+
+def load_prompts(path: str | Path) -> PromptSet:
+    """``PromptSet.load(path)`` checked for the agents' placeholders; an unreadable file (a folder, not UTF-8,
+    no permission, not a prompt set) is one :class:`EvalError` line naming it."""
+    from promptevo.agents.base import check_placeholders
+    from promptevo.errors import PromptevoError
+
+    path = Path(path)
+    if path.is_dir():
+        raise EvalError(f"--prompts {path}: is a folder, not a prompt file (.md or .json)")
+    try:
+        prompts = PromptSet.load(path)
+        check_placeholders(prompts)
+        return prompts
+    except UnicodeDecodeError as e:
+        raise EvalError(f"--prompts {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except PromptFormatError as e:
+        if str(path) in str(e):
+            raise
+        raise EvalError(f"--prompts {path}: {e}") from None
+    except (FileNotFoundError, PromptevoError):
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise EvalError(f"--prompts {path}: cannot read a prompt set: {type(e).__name__}: {e}") from None
+
+
+def name_part(text: str) -> str:
+    """``text`` as a part of a folder name (runs of other characters become one ``_``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
+
+
+def evaluate(task: str | TaskConfig | Sequence[str | TaskConfig], *, agent: str = "robust-cot",
+             prompts: PromptSet | str | Path | None = None, init: str = "plain", model: str | None = None,
+             api_base: str | None = None, episodes: int | None = None, split: str = "test", seed_offset: int = 0,
+             concurrency: int | None = None, temperature: float | None = None, max_tokens: int | None = None,
+             max_steps: int | None = None, timeout: float | None = None, gateway: Any = None, no_cache: bool = False,
+             results_dir: str | Path | None = None, run_name: str | None = None, resume: bool = False,
+             ray: bool | None = None, command: Sequence[str] | None = None,
+             on_task: Callable[[str, int, int], Any] | None = None,
+             on_result: Callable[[str, Any], Any] | None = None, **agent_options: Any) -> dict:
+    """Play ``agent`` on ``episodes`` seeds of ``split`` (test by default) of one task, or of each task of a
+    list, and return the summary.
+
+    For one task the summary's top level is that task's figures (n, success rate with its 95% Wilson
+    interval, BALROG progression, mean progress, steps, tokens, cost, ``task``, ``split``, ``seeds``); every
+    summary also has ``tasks`` (the same per task), ``overall``, ``usage``, ``faults`` and ``complete``.
+    ``agent_options`` reach the agents that take them (``history`` the single-call agents').
+
+    With ``results_dir`` the run is written to ``results_dir/run_name`` (default: a timestamped name):
+    config.json, prompts/<task>.md, every finished episode as it ends (episodes.jsonl) and summary.json after
+    each task; a folder that has episodes is refused unless ``resume``, which plays only the seeds not yet
+    finished. With ``ray`` (or ``RAY_ADDRESS`` set) every episode is a Ray task, at most ``concurrency`` in
+    flight. ``on_task(name, total, done)`` is called before a task's episodes, ``on_result(name, result)``
+    after each. On Ctrl-C the summary is written with ``complete: false`` and KeyboardInterrupt propagates.
+    """
+    from datetime import datetime
+
+    from promptevo import __version__
+    from promptevo.agents.registry import check_agent_name, default_prompt_path, make_agent, needs_llm, options_for
+    from promptevo.evaluation.rollout import fault_summary, run_episodes
+    from promptevo.evaluation.statistics import aggregate_tasks, summarize, summarize_by_task
+    from promptevo.evaluation.store import RunWriter, read_episodes
+    from promptevo.llm.gateway import Gateway, redact
+    from promptevo.llm.types import LLMConfig, default_concurrency
+
+    check_agent_name(agent)
+    if concurrency is None:  # interleaved episodes defeat llama.cpp's prefix reuse: one at a time locally
+        concurrency = gateway.config.concurrency if gateway is not None else \
+            default_concurrency(model or LLMConfig.model)
+    check_eval_settings(episodes=episodes, concurrency=concurrency, split=split, seed_offset=seed_offset,
+                        temperature=temperature, max_tokens=max_tokens, history=agent_options.get("history"),
+                        init=init)
+    single = isinstance(task, (str, TaskConfig))
+    tasks = [load_task(t) if isinstance(t, str) else t for t in ([task] if single else task)]  # type: ignore[list-item]
+    if not tasks:
+        raise EvalError("no task to evaluate")
     if max_steps is not None:
-        t = t.model_copy(update={"max_steps": max_steps if t.max_steps is None else min(t.max_steps, max_steps)})
-    if isinstance(prompts, str):
-        prompts = PromptSet.load(prompts)
+        tasks = [t.model_copy(update={"max_steps": max_steps if t.max_steps is None else min(t.max_steps, max_steps)})
+                 for t in tasks]
+    custom = load_prompts(prompts) if isinstance(prompts, (str, Path)) else prompts
+    prompts_source = str(prompts) if isinstance(prompts, (str, Path)) else "given" if prompts is not None else None
+
+    from promptevo.evaluation.scaleout import (
+        AgentSpec,
+        RayNotInstalledError,
+        absorb_usage,
+        ensure_ray,
+        run_episodes_ray,
+        use_ray,
+    )
+
+    ray_mode = ray is not False and use_ray(ray)
     gw = gateway
     if gw is None and needs_llm(agent):
-        from promptevo.llm.gateway import Gateway
-        from promptevo.llm.types import LLMConfig
-
-        gw = Gateway(LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature,
+        gw = Gateway(LLMConfig.from_options(model=model, api_base=api_base, temperature=temperature, timeout=timeout,
                                             max_tokens=max_tokens, no_cache=no_cache, concurrency=concurrency))
-        gw.check()
-    conc = concurrency or (gw.config.concurrency if gw is not None else 4)
-    seeds = t.seeds(split, episodes, seed_offset)  # type: ignore[arg-type]
-    factory = agent_factory(agent, gw, prompts, task=t, init=init, **agent_options)
-    writer = None
+        gw.check()  # fail fast on a bad model string / missing key
+    llm_cfg = gw.config if gw is not None else None
+    agent_kw = options_for(agent, agent_options) if needs_llm(agent) else dict(agent_options)
+
+    plan = []
+    for t in tasks:
+        ps, src = custom, prompts_source
+        if ps is None and needs_llm(agent):
+            path = default_prompt_path(agent, t, init)
+            ps, src = PromptSet.load(path), str(path)
+        make_agent(agent, gw, ps, **agent_kw)  # fail before anything is written (missing module, bad option)
+        plan.append((t, ps, src, t.seeds(split, episodes if episodes is not None else t.episodes, seed_offset)))  # type: ignore[arg-type]
+
+    if ray_mode:  # start (or join) Ray before anything is written; a missing package is one line
+        try:
+            ensure_ray(num_cpus=concurrency)
+        except RayNotInstalledError as e:
+            raise EvalError(str(e)) from None
+
+    writer = run_dir = None
+    done: dict[tuple[str, int], Any] = {}
     if results_dir is not None:
-        from pathlib import Path
+        name = run_name or default_run_name(tasks[0].name if len(tasks) == 1 else "all-tasks", agent)
+        run_dir = Path(results_dir) / name_part(name)
+        if (run_dir / "episodes.jsonl").exists():
+            if not resume:
+                raise EvalError(f"run directory {run_dir} already has episodes; use another --run or --resume")
+            done = {(r.task, r.seed): r for r in read_episodes(run_dir / "episodes.jsonl") if not r.error}
+        writer = RunWriter(run_dir)
+        for t, ps, _, _ in plan:
+            if ps is not None:
+                ps.save(run_dir / "prompts" / f"{t.name}.md")
+        writer.write_config({
+            "promptevo_version": __version__,
+            "command": [redact(a) for a in command] if command is not None else None,
+            "started_at": datetime.now().isoformat(timespec="seconds"),
+            "agent": agent,
+            "agent_options": agent_kw,
+            "init": init,
+            "llm": llm_cfg.public_dict() if llm_cfg else None,
+            "seed_split": split,
+            "seed_offset": seed_offset,
+            **({"scaleout": "ray"} if ray_mode else {}),
+            "tasks": {t.name: {"config": t.model_dump(mode="json"), "seeds": s, "prompts_source": src,
+                               "prompts_fingerprint": ps.fingerprint() if ps is not None else None}
+                      for t, ps, src, s in plan},
+        })
 
-        writer = RunWriter(Path(results_dir) / (run_name or f"{t.name}-{agent}"))
-    _, summary = play(t, factory, seeds, concurrency=conc, writer=writer, gateway=gw)
-    return {"task": t.name, "agent": agent, "split": split, "seeds": seeds, **summary}
+    results: list[Any] = list(done.values())
+
+    def summary_now(final: bool) -> dict:
+        per_task = summarize_by_task(results)
+        overall = {**summarize(results), **{"balrog_" + k: v for k, v in aggregate_tasks(per_task).items()}}
+        out = {"run": run_dir.name if run_dir else None, "agent": agent, "model": llm_cfg.model if llm_cfg else None,
+               "complete": final, "split": split, "tasks": per_task, "overall": overall,
+               "usage": gw.usage.snapshot() if gw is not None else {},
+               "faults": fault_summary(results, gw.usage if gw is not None else None),
+               "updated_at": datetime.now().isoformat(timespec="seconds")}
+        if writer is not None:
+            writer.write_summary(out)
+        return out
+
+    try:
+        for t, ps, _, seeds in plan:
+            todo = [s for s in seeds if (t.name, s) not in done]
+            if on_task is not None:
+                on_task(t.name, len(seeds), len(seeds) - len(todo))
+
+            def finished(r: Any, name: str = t.name) -> None:
+                if ray_mode and gw is not None:  # the LLM calls ran in Ray workers
+                    absorb_usage(gw, [r])
+                if writer is not None:
+                    writer.add(r)
+                results.append(r.without_trajectory())
+                if on_result is not None:
+                    on_result(name, r)
+
+            if todo and ray_mode:
+                spec = AgentSpec.create(agent, llm=llm_cfg, prompts=ps, task=t, **agent_kw)
+                run_episodes_ray(t, spec, todo, on_result=finished, max_in_flight=concurrency)
+            elif todo:
+                def factory(ps: Any = ps) -> Any:
+                    return make_agent(agent, gw, ps, **agent_kw)
+
+                run_episodes(t, factory, todo, concurrency=concurrency, on_result=finished)
+            summary_now(final=False)
+    except KeyboardInterrupt:
+        summary_now(final=False)
+        raise
+    summary = summary_now(final=True)
+    summary["run_dir"] = str(run_dir) if run_dir else None
+    if single:
+        t, _, _, seeds = plan[0]
+        summary = {**summary["tasks"].get(t.name, summarize([])), "task": t.name, "seeds": seeds, **summary}
+    return summary
 
 
-__all__ = ["ConfigError", "OptimizeConfig", "RunError", "RunResult", "evaluate", "optimize", "plan"]
+__all__ = ["ConfigError", "EvalError", "OptimizeConfig", "RunError", "RunResult", "evaluate", "optimize", "plan"]

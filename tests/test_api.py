@@ -128,3 +128,27 @@ def test_optimize_cli_on_the_toytext_game_with_the_test_double(tmp_path):
     assert s["test"] and s["validation"] and s["train"]
     assert not set(s["train"]) & set(s["validation"]) and not set(s["validation"]) & set(s["test"])
     assert "Test split: n = 4" in out.stdout + out.stderr or "Test split: n = 4" in (tmp_path / "cli" / "report.md").read_text()
+
+
+def test_evaluate_a_list_of_tasks_writes_one_run_and_resumes(tmp_path):
+    """``promptevo eval`` is this call: a list of tasks gives per-task rows and an overall one, the run folder
+    is refused a second time unless ``resume``, which plays only the seeds not yet finished."""
+    from promptevo.api import EvalError
+
+    seen: list[tuple[str, int, int]] = []
+    ended: list[str] = []
+    s = promptevo.evaluate(["goto", "pickup"], agent="random", episodes=2, split="train", results_dir=tmp_path,
+                           run_name="two", on_task=lambda name, total, done: seen.append((name, total, done)),
+                           on_result=lambda name, r: ended.append(name))
+    assert sorted(s["tasks"]) == ["goto", "pickup"] and s["overall"]["n"] == 4 and s["complete"]
+    assert seen == [("goto", 2, 0), ("pickup", 2, 0)] and ended == ["goto", "goto", "pickup", "pickup"]
+    assert "success_rate" not in s  # per task only: a list has no single task's figures at the top
+    with pytest.raises(EvalError, match="already has episodes"):
+        promptevo.evaluate("goto", agent="random", episodes=2, split="train", results_dir=tmp_path, run_name="two")
+    seen.clear()
+    one = promptevo.evaluate("goto", agent="random", episodes=3, split="train", results_dir=tmp_path, run_name="two",
+                             resume=True, on_task=lambda name, total, done: seen.append((name, total, done)))
+    assert seen == [("goto", 3, 2)] and one["n"] == 3 and one["seeds"] == [0, 1, 2]
+    assert len((tmp_path / "two" / "episodes.jsonl").read_text().splitlines()) == 5
+    with pytest.raises(EvalError, match="--seeds must be"):
+        promptevo.evaluate("goto", agent="random", split="dev")

@@ -194,14 +194,11 @@ def test_ray_interrupt_cancels_and_reraises(ray_session):
 
 
 def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
-    from promptevo.cli.evaluate import run_eval
+    from promptevo.api import evaluate
 
-    common = dict(agent="random", tasks=["mapf-single"], episodes=3, model=None, api_base=None, concurrency=2,
-                  seeds="train", seed_offset=0, prompts_file=None, init="plain", results_dir=tmp_path,
-                  no_cache=True, temperature=None, max_tokens=None, history=None, constrained=None, resume=False,
-                  show_progress=False)
-    run_eval(run_name="local", ray=False, **common)
-    run_eval(run_name="ray", ray=True, **common)
+    common = dict(agent="random", episodes=3, concurrency=2, split="train", results_dir=tmp_path, no_cache=True)
+    evaluate("mapf-single", run_name="local", ray=False, **common)
+    evaluate("mapf-single", run_name="ray", ray=True, **common)
 
     def episodes(name: str) -> list[dict]:
         rows = [json.loads(x) for x in (tmp_path / name / "episodes.jsonl").read_text().splitlines()]
@@ -214,15 +211,13 @@ def test_cli_eval_with_ray_matches_local(ray_session, tmp_path: Path):
 
 
 def test_cli_eval_with_ray_counts_worker_usage(ray_session, tmp_path: Path, monkeypatch):
-    from promptevo.cli.evaluate import run_eval
+    from promptevo.api import evaluate
 
     create = AgentSpec.create.__func__  # the CLI's specs get the scripted responder for the workers
     setup = scripted_setup()
     monkeypatch.setattr(AgentSpec, "create", classmethod(lambda cls, *a, **kw: create(cls, *a, setup=setup, **kw)))
-    run_eval(agent="robust-cot", tasks=["goto"], episodes=2, model="fake/scripted", api_base=None, concurrency=2,
-             seeds="train", seed_offset=0, prompts_file=None, init="plain", results_dir=tmp_path, run_name="llm",
-             no_cache=True, temperature=None, max_tokens=None, history=None, constrained=None, resume=False,
-             show_progress=False, ray=True)
+    evaluate("goto", agent="robust-cot", episodes=2, model="fake/scripted", concurrency=2, split="train",
+             results_dir=tmp_path, run_name="llm", no_cache=True, ray=True)
     summary = json.loads((tmp_path / "llm" / "summary.json").read_text())
     calls = summary["tasks"]["goto"]["llm_calls"]
     assert summary["complete"] and calls > 0 and summary["usage"]["total"]["calls"] == calls

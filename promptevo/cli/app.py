@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from promptevo import __version__
-from promptevo.cli.errors import UserError, print_error, user_error_types
+from promptevo.cli.errors import print_error, user_error_types
 from promptevo.reporting.console import print_json, print_table
 
 app = typer.Typer(
@@ -68,58 +68,6 @@ def _main(
     try:
         use_dirs(tasks=tasks_dir, prompts=prompts_dir)
     except ResourceError as e:
-        fail(str(e))
-
-
-@app.command("eval")
-def eval_cmd(
-    agent: str = typer.Option("robust-cot", "--agent", "-a", help="Agent name (robust-cot by default); `promptevo tasks` lists the registered agents."),
-    task: Optional[str] = typer.Option(None, "--task", "-t", help="Task name from tasks/ (see `promptevo tasks`)."),
-    all_tasks: bool = typer.Option(False, "--all-tasks", help="Evaluate every BabyAI task (the BALROG five)."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", "-n", min=1, help="Episodes per task (default: the task's)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="LiteLLM model string (default: the local model)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="Server URL for ollama/, hosted_vllm/, openai-compatible."),
-    concurrency: Optional[int] = typer.Option(
-        None, "--concurrency", "-j", help="Episodes (and LLM calls) in flight (default 1 for local/ models, else 4)."),
-    seeds: str = typer.Option("test", "--seeds", help="Seed split: [bold]test[/] (default), validation or train."),
-    seed_offset: int = typer.Option(0, "--seed-offset", min=0, help="Skip this many seeds of the split."),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="PromptSet file (.md or .json) to use instead of the defaults."),
-    init: str = typer.Option("plain", "--init", help="Default prompts: plain, guided or compact (prompts/<family>/<init>/)."),
-    run_name: Optional[str] = typer.Option(None, "--run-name", "--run", help="Folder name under the results dir."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where run folders go."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an existing --run-name, skipping finished episodes."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the LLM response cache."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature, 0 to 2 (default 0)."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", "--agent-max-tokens", help="Max tokens per LLM reply."),
-    history: Optional[int] = typer.Option(None, "--history", help="naive/robust-cot: observations kept (default 16)."),
-    constrained: Optional[bool] = typer.Option(
-        None, "--constrained/--no-constrained", help="Grammar-constrained action output (default: on for local/ models)."
-    ),
-    ray: bool = typer.Option(
-        False, "--ray", help="Run each episode as a Ray task (also when RAY_ADDRESS is set); needs promptevo[ray]."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document on stdout (progress "
-                                 "and messages go to stderr)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds one LLM call may take before "
-                                            "it is retried (default 120; a retry prints one line)."),
-) -> None:
-    """Evaluate an agent on one task (or all BabyAI tasks) and write [bold]results/<run>/[/]."""
-    from promptevo.cli.evaluate import run_eval
-    from promptevo.tasks import list_tasks, load_task
-
-    try:
-        if all_tasks and task:
-            raise UserError("use either --task or --all-tasks, not both")
-        if not all_tasks and not task:
-            raise UserError("missing --task (or --all-tasks); valid tasks: " + ", ".join(list_tasks()))
-        names = [t for t in list_tasks() if load_task(t).family == "babyai"] if all_tasks else [task]  # type: ignore[list-item]
-        run_eval(
-            agent=agent, tasks=names, episodes=episodes, model=model, api_base=api_base, concurrency=concurrency,
-            seeds=seeds, seed_offset=seed_offset, prompts_file=prompts, init=init, run_name=run_name,
-            results_dir=results_dir, no_cache=no_cache, temperature=temperature, max_tokens=max_tokens,
-            history=history, constrained=constrained, resume=resume, ray=ray or None, as_json=as_json, timeout=timeout,
-        )
-    except user_error_types() as e:
         fail(str(e))
 
 
@@ -297,8 +245,10 @@ def _register(name: str, flags: list[Any], run: Any, doc: str, summary: str) -> 
 
 
 def _register_all() -> None:
-    from promptevo.cli import compare, curriculum, export, optimize, report
+    from promptevo.cli import compare, curriculum, evaluate, export, optimize, report
 
+    _register("eval", evaluate.EVAL_FLAGS, evaluate.run, evaluate.DOC,
+              "Evaluate an agent on one task (or all BabyAI tasks) and write results/<run>/.")
     _register("optimize", optimize.optimize_flags(), optimize.run, optimize.DOC,
               "Optimize an agent's prompts on a task (`promptevo optimize --help` lists every option).")
     _register("curriculum", curriculum.curriculum_flags(), curriculum.run, curriculum.DOC,

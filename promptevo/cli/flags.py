@@ -71,26 +71,33 @@ def _with_default(text: str, default: Any) -> str:
     return f"{text} (default {default})"
 
 
-def field_flag(name: str) -> Flag:
-    """The flag of config field ``name``: names from flag_of and ALIASES, type and default from the
-    field, help from its description (with its default), panel from its section."""
+#: "no command-specific default": the field's own
+FIELD_DEFAULT = object()
+
+
+def field_flag(name: str, *, default: Any = FIELD_DEFAULT, also: tuple[str, ...] = (), help: str | None = None,
+               panel: str | None = None) -> Flag:
+    """The flag of config field ``name``: names from flag_of and ALIASES (and ``also``), type and default
+    from the field, help from its description (with its default), panel from its section; a command whose
+    use of the setting differs gives its own ``default``, ``help`` or ``panel``."""
     info = OptimizeConfig.model_fields[name]
     kind = _base_type(info.annotation)
-    default = None if info.is_required() else info.get_default(call_default_factory=True)
+    if default is FIELD_DEFAULT:
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
     long = flag_of(name)
     convert = None
     if kind is bool:
         positive = "--" + name.replace("_", "-")
         decls: tuple[str, ...] = (f"{positive}/--no-{name.replace('_', '-')}",) if default else (long,)
     else:
-        decls = (long, *ALIASES.get(name, ()))
+        decls = (long, *ALIASES.get(name, ()), *also)
     if kind is list:
         kind, convert = str, comma_list
-    text = _with_default(info.description or name.replace("_", " "),
+    text = _with_default(help or info.description or name.replace("_", " "),
                          ("on" if default else None) if kind is bool else default)
     if typing.get_origin(kind) is Literal:
         text += "; one of " + ", ".join(typing.get_args(kind))
-    return Flag(name, decls, kind, text, SECTION_TITLES[section_of(name)], convert)
+    return Flag(name, decls, kind, text, panel or SECTION_TITLES[section_of(name)], convert)
 
 
 def config_flags(exclude: Sequence[str] = ()) -> list[Flag]:

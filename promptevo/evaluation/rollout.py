@@ -356,7 +356,7 @@ def fault_summary(results: Iterable[Any], usage: Any = None) -> dict[str, Any]:
     """What went wrong in a run, for ``summary.json["faults"]``.
 
     From the episodes (EpisodeResult objects or their dicts): episodes that ended on an LLM error
-    (``episodes_errored``, by exception kind), invalid actions, parse failures, empty replies, other
+    (``episodes_errored``, by exception kind, and the first one's message), invalid actions, parse failures, empty replies, other
     call errors, replies cut by max_tokens and stored texts clipped to MAX_STORED_TEXT_CHARS. From the
     gateway's usage tracker when given: retries and errors by kind (see ``UsageTracker.faults``).
     """
@@ -371,9 +371,11 @@ def fault_summary(results: Iterable[Any], usage: Any = None) -> dict[str, Any]:
         if err:
             kind = str(err).split(":", 1)[0].strip() or "error"
             errored[kind] = errored.get(kind, 0) + 1
+    first = next((str(get(r, "error", None)) for r in rs if get(r, "error", None)), None)
     out: dict[str, Any] = {
         "episodes": len(rs),
         "episodes_errored": sum(errored.values()),
+        "first_error": " ".join(first.split())[:200] if first else None,
         "episode_errors_by_kind": dict(sorted(errored.items())),
         "invalid_actions": sum(int(get(r, "invalid_actions") or 0) for r in rs),
         "parse_failures": sum(int(get(r, "parse_failures") or 0) for r in rs),

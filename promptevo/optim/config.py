@@ -33,6 +33,11 @@ class ConfigError(PromptevoError, ValueError):
     """A setting is wrong; ``str(e)`` is one line naming the option."""
 
 
+def default_run_name(task: str, agent: str) -> str:
+    """A run's folder name when none is given: ``<task>-<agent>-<timestamp>`` (optimize and eval alike)."""
+    return f"{task}-{agent}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
 class OptimizeConfig(BaseModel):
     """Settings of one optimization run (``extra`` keys are refused)."""
 
@@ -202,7 +207,7 @@ class OptimizeConfig(BaseModel):
         return self
 
     def run_path(self) -> Path:
-        name = self.run or f"{self.task}-{self.agent}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        name = self.run or default_run_name(self.task, self.agent)
         p = Path(name)
         return p if (p.is_absolute() or len(p.parts) > 1) else Path(self.results_dir) / name
 
