@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from promptevo.baselines.compare import (
     METHODS,
@@ -14,7 +14,7 @@ from promptevo.baselines.compare import (
     results_table,
 )
 from promptevo.cli.errors import UsageError, print_error, user_error_types
-from promptevo.cli.flags import Flag, comma_list, own_flag, parse, run_args
+from promptevo.cli.flags import Flag, field_flag, own_flag, parse, run_args
 from promptevo.cli.names import check_run_name
 from promptevo.reporting.console import print_json, print_table
 
@@ -25,48 +25,38 @@ DOC = ("Run methods with the same model, LLM-call budget (enforced in the gatewa
 P_RUN, P_AGENT, P_SIZES = "run", "agent and models", "sizes and seeds"
 #: (flag, default); defaults are applied here, after parsing, so a flag left out is absent like optimize's
 FLAGS: list[tuple[Flag, Any]] = [
-    (own_flag("task", "--task", "-t", panel=P_RUN, help="task name (see `promptevo tasks`; required)"), None),
+    (field_flag("task", help="task name (see `promptevo tasks`; required)", panel=P_RUN), None),
     (own_flag("methods", "--methods", panel=P_RUN, help=f"comma-separated: {', '.join(METHODS)} (default "
               "robust-cot,promptevo,gepa)"), "robust-cot,promptevo,gepa"),
     (own_flag("budget_calls", "--budget-calls", kind=int, panel=P_RUN,
               help="LLM calls each optimizer may spend (default 500)"), 500),
-    (own_flag("agent", "--agent", "-a", panel=P_AGENT, help="agent whose prompts are optimized (default "
-              "robust-cot)"), "robust-cot"),
-    (own_flag("init", "--init", panel=P_AGENT, help="initial prompts: plain, guided or compact (default plain)"),
-     "plain"),
+    (field_flag("agent", default="robust-cot", panel=P_AGENT), "robust-cot"),
+    (field_flag("init", panel=P_AGENT), "plain"),
     (own_flag("history", "--history", kind=int, panel=P_AGENT, help="naive/robust-cot: observations kept in the "
               "messages, for every method (default the agent's, 16)"), None),
-    (own_flag("agent_max_tokens", "--agent-max-tokens", kind=int, panel=P_AGENT,
-              help="max tokens per agent LLM call (default 512)"), 512),
-    (own_flag("operators", "--operators", panel=P_RUN, convert=comma_list, help="promptevo's proposal operators "
-              "(default induce,mutate; the person-written hint library is not used unless named)"),
+    (field_flag("agent_max_tokens", panel=P_AGENT), 512),
+    (field_flag("operators", default="induce,mutate", panel=P_RUN,
+                help="promptevo's proposal operators (the person-written hint library is not used unless named)"),
      ["induce", "mutate"]),
-    (own_flag("model", "--model", "-m", panel=P_AGENT, help="agent LLM, a LiteLLM model string (default the local "
-              "model)"), None),
-    (own_flag("api_base", "--api-base", panel=P_AGENT, help="server URL for the agent model"), None),
-    (own_flag("optimizer_model", "--optimizer-model", panel=P_AGENT,
-              help="LLM for promptevo's analyser/mutator and GEPA's reflection"), None),
-    (own_flag("optimizer_api_base", "--optimizer-api-base", panel=P_AGENT,
-              help="server URL for the optimizer model"), None),
-    (own_flag("test_episodes", "--test-episodes", kind=int, panel=P_SIZES,
-              help="test seeds for the final table (default 20)"), 20),
+    (field_flag("model", panel=P_AGENT), None),
+    (field_flag("api_base", panel=P_AGENT), None),
+    (field_flag("optimizer_model", panel=P_AGENT, help="LLM for promptevo's analyser/mutator and GEPA's "
+                "reflection (default the agent's)"), None),
+    (field_flag("optimizer_api_base", panel=P_AGENT), None),
+    (field_flag("test_episodes", default=20, panel=P_SIZES, help="test seeds for the final table"), 20),
     (own_flag("train_episodes", "--train-episodes", "--episodes", kind=int, panel=P_SIZES,
               help="training seeds shared by the optimizers (default 6)"), 6),
-    (own_flag("val_episodes", "--val-episodes", "--validation-episodes", kind=int, panel=P_SIZES,
-              help="validation seeds (promotion gate / GEPA valset; default 6)"), 6),
-    (own_flag("max_steps", "--max-steps", kind=int, panel=P_SIZES, help="cap on episode length (default: the "
-              "task's)"), None),
-    (own_flag("metric", "--metric", "--fitness", kind=Literal["success", "progression", "return"], panel=P_SIZES,
-              help="per-episode score the optimizers maximise (default success)"), "success"),
-    (own_flag("generations", "--generations", "-g", kind=int, panel=P_SIZES,
-              help="promptevo generation cap (the budget usually stops first; default 100)"), 100),
-    (own_flag("concurrency", "--concurrency", "-j", kind=int, panel=P_AGENT,
-              help="episodes in parallel (default 4)"), 4),
-    (own_flag("seed", "--seed", kind=int, panel=P_SIZES, help="LLM sampling seed and GEPA's seed (default 0)"), 0),
-    (own_flag("no_cache", "--no-cache", kind=bool, panel=P_AGENT, help="do not use the LLM response cache"), False),
-    (own_flag("results_dir", "--results-dir", panel=P_RUN, help="where run folders go (default results)"),
-     "results"),
-    (own_flag("run", "--run", "--run-name", panel=P_RUN, help="run name (default compare-<task>-<timestamp>)"),
+    (field_flag("validation_episodes", default=6, also=("--val-episodes",), panel=P_SIZES,
+                help="validation seeds (promotion gate / GEPA valset)"), 6),
+    (field_flag("max_steps", panel=P_SIZES), None),
+    (field_flag("fitness", panel=P_SIZES, help="per-episode score the optimizers maximise"), "success"),
+    (field_flag("generations", default=100, panel=P_SIZES,
+                help="promptevo generation cap (the budget usually stops first)"), 100),
+    (field_flag("concurrency", default=4, panel=P_AGENT, help="episodes in parallel"), 4),
+    (field_flag("seed", default=0, panel=P_SIZES, help="LLM sampling seed and GEPA's seed"), 0),
+    (field_flag("no_cache", panel=P_AGENT), False),
+    (field_flag("results_dir", panel=P_RUN), "results"),
+    (field_flag("run", also=("--run-name",), panel=P_RUN, help="run name (default compare-<task>-<timestamp>)"),
      None),
     (own_flag("quiet", "--quiet", "-q", kind=bool, panel=P_RUN, help="only the final table"), False),
     (own_flag("as_json", "--json", kind=bool, panel=P_RUN, help="print compare.json as one JSON document on stdout "
@@ -93,8 +83,8 @@ def config_from_given(given: dict[str, Any]) -> tuple[CompareConfig, bool, bool]
         task=v["task"], methods=parse_methods(v["methods"]), budget_calls=v["budget_calls"], agent=v["agent"],
         init=v["init"], model=v["model"] or LLMConfig().model, api_base=v["api_base"],
         optimizer_model=v["optimizer_model"], optimizer_api_base=v["optimizer_api_base"],
-        test_episodes=v["test_episodes"], train_episodes=v["train_episodes"], val_episodes=v["val_episodes"],
-        max_steps=v["max_steps"], metric=v["metric"], generations=v["generations"], concurrency=v["concurrency"],
+        test_episodes=v["test_episodes"], train_episodes=v["train_episodes"], val_episodes=v["validation_episodes"],
+        max_steps=v["max_steps"], metric=v["fitness"], generations=v["generations"], concurrency=v["concurrency"],
         seed=v["seed"], no_cache=v["no_cache"], results_dir=v["results_dir"], run=v["run"], history=v["history"],
         max_tokens=v["agent_max_tokens"], operators=v["operators"],
     )
