@@ -8,6 +8,7 @@ Runs, one after another (each writes its own run folder under ``--out``):
 * ``skills-src`` the plain loop on ``--skill-source`` with ``--skills LIB --backtest`` (fills the library);
 * ``skills``     the main task with ``--skills LIB --backtest``;
 * ``engineer`` / ``fixed``  ``promptevo curriculum`` on ``--mapf-task`` with ``--engineer llm`` / ``fixed``;
+* ``mapf-plain`` the plain loop on ``--mapf-target``, as many generations as the two stages together;
 * ``ray``        ``promptevo eval`` of the initial prompts with and without ``--ray`` (same seeds) and a
   check that the episodes are identical.
 
@@ -24,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ALL = ["plain", "cards", "prune", "ray", "engineer", "fixed", "skills-src", "skills"]
+ALL = ["plain", "cards", "prune", "ray", "engineer", "fixed", "mapf-plain", "skills-src", "skills"]
 
 
 def run(cmd: list[str], log: Path) -> tuple[int, float]:
@@ -117,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         "fixed": ["curriculum", "--task", a.mapf_task, "--target", a.mapf_target, "--agent", a.agent, "--stages",
                   "2", "--engineer", "fixed", *common, *shlex.split(a.curriculum),
                   "--results-dir", str(out), "--run", "fixed"],
+        # the plain loop on the curriculum's target, with the curriculum runs' sizes and as many
+        # generations as the two stages together (the same LLM-call budget, less the engineer's calls)
+        "mapf-plain": ["optimize", "--task", a.mapf_target, "--agent", a.agent, "--init", a.init, *common,
+                       *shlex.split(a.curriculum), "--generations", str(2 * generations(common)),
+                       "--results-dir", str(out), "--run", "mapf-plain"],
     }
     rows = []
     for name in only:
@@ -135,6 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     (out / "strategies.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(md)
     return 0
+
+
+def generations(args: list[str]) -> int:
+    """The last --generations value in an option list (1 when absent)."""
+    n = 1
+    for i, x in enumerate(args[:-1]):
+        if x == "--generations":
+            n = int(args[i + 1])
+    return n
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
@@ -171,6 +187,7 @@ def ray_check(exe: list[str], a: argparse.Namespace, model: list[str], out: Path
               "--history", "2", "-j", "1", "--no-cache", *model]
     walls, rcs = {}, {}
     for mode in ("local", "ray"):
+        shutil.rmtree(out / f"eval-{mode}", ignore_errors=True)  # a fresh pair each time, never a resume
         extra = ["--ray"] if mode == "ray" else []
         rcs[mode], walls[mode] = run(exe + common + extra + ["--results-dir", str(out), "--run-name", f"eval-{mode}"],
                                 out / f"eval-{mode}.log")

@@ -129,3 +129,42 @@ def test_local_gateway_vs_raw_smollm(bench):
     r = bench.bench_local(model, max_tokens=8, rounds=1)
     assert r["raw_tokens_per_cpu_s"] > 0 and r["gateway_tokens_per_cpu_s"] > 0 and r["same_tokens"]
     assert r["ratio_cpu"] > 0 and r["ratio_wall_best"] > 0
+
+
+def test_engineer_probe_counts_valid_and_kept_proposals(tmp_path):
+    """benchmarks/engineer_probe.py with the LLM test double: a reply that changes one knob is a valid,
+    changed configuration; a reply with no JSON is a parse failure that keeps the current one."""
+    from promptevo.llm import ScriptedLLM
+
+    probe = _load("promptevo_bench_engineer_probe", "engineer_probe.py")
+    replies = iter(['{"changes": {"rows": 6}, "rationale": "the agents time out on small maps"}', "no idea"])
+    out = tmp_path / "probe.json"
+    with ScriptedLLM.install(lambda messages: next(replies)):
+        assert probe.main(["--tasks", "mapf-open", "--episodes", "2", "--calls", "2", "--model", "fake/scripted",
+                           "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["calls"] == 2 and d["valid_and_changed"] == 1 and d["parse_failed"] == 1
+    assert d["rows"][0]["changes"] == {"rows": [4, 6]} and d["knobs_changed"] == {"rows": 1}
+
+
+def test_more_test_seeds_joins_and_pairs_with_the_initial(tmp_path):
+    """benchmarks/more_test_seeds.py on a finished run (test double): the best's added test seeds follow the
+    run's own, the initial is played on the seeds no run covers, and the paired test counts them all."""
+    import promptevo
+    from promptevo.llm import ScriptedLLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_api import _toytext_llm
+
+    more = _load("promptevo_bench_more_test_seeds", "more_test_seeds.py")
+    with ScriptedLLM.install(_toytext_llm):
+        promptevo.optimize(task="frozenlake", agent="two-stage", model="fake/scripted", generations=1, children=1,
+                           episodes=8, evidence_episodes=4, validation_episodes=12, test_episodes=3, baseline=None,
+                           results_dir=str(tmp_path), run="fl", quiet=True, agent_options={"recent_actions": 8},
+                           no_cache=True, operators=["mutate"], screen="off")
+        assert more.main(["--run", str(tmp_path / "fl"), "--episodes", "2", "--out", str(tmp_path / "fl-more")]) == 0
+    s = json.loads((tmp_path / "fl-more" / "summary.json").read_text())
+    assert s["own_test_seeds"] == 3 and s["added_test_seeds"] == 2
+    assert s["best_row"]["n"] == 5 and s["best_row"]["successes"] == 5
+    assert s["initial_row"]["n"] == 5 and s["initial_from"]["played_here"] == 2
+    assert s["paired"]["n"] == 5 and s["paired"]["wins"] == 5 and s["compliance"] is None

@@ -235,6 +235,21 @@ class EpisodeStore:
             return len(self._data)
 
 
+def iter_records(path: str | Path) -> Iterator[dict]:
+    """The records of an episodes file as stored (``key``, ``seed``, ``split``, ``result``...), one per line,
+    from ``episodes.jsonl`` or a committed ``episodes.jsonl.gz``; unchecked (for reading finished runs)."""
+    import gzip
+
+    p = Path(path)
+    opener: Callable[..., Any] = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    yield rec
+
+
 def read_episodes(path: str | Path) -> list[Any]:
     """The episodes of a store file as :class:`~promptevo.evaluation.rollout.EpisodeResult` objects (for each
     (key, seed) the finished episode, else the last errored one)."""

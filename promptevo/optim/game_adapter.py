@@ -45,6 +45,22 @@ AgentBuilder = Callable[[str, "PromptSet | None"], Callable[[], Any]]
 Runner = Callable[..., list[Any]]
 Warn = Callable[[str], None]
 
+def rule_compliance(task: TaskConfig, rule: dict, episodes: list[dict], *,
+                    env_factory: Callable[[TaskConfig], Any] = make_env) -> dict:
+    """The compliance analysis (:mod:`~promptevo.optim.reflect.compliance`) of ``episodes`` (dicts with
+    their trajectories) played on ``task`` with a prompt carrying the induced ``rule`` (an induction
+    record), the expert's action of every step from a replay of each episode."""
+    vocab = Vocabulary.from_words(rule["vocabulary"]["words"], rule["vocabulary"]["structural"])
+    experts: dict[tuple[int, int], str] = {}
+    if task_has_expert(task, env_factory):
+        problems = Problems()
+        for ep in episodes:
+            for s in label_episode(task, ep, problems, env_factory=env_factory):
+                experts[(s.seed, s.t)] = s.expert
+    return analyse_compliance(episodes, vocab, RuleTable.from_dict(rule["table"]), rule["fields"],
+                              explorer=Explorer.from_dict(rule.get("explorer")), experts=experts)
+
+
 def choose_evidence(mode: str, cards_above: int, raw_prompt_tokens: int | None) -> str:
     """What the analyzer reads: ``mode`` unless it is ``auto``, which picks evidence cards when the raw
     trajectory prompt is estimated above ``cards_above`` tokens (cards cost one extra call of about a fixed
@@ -201,18 +217,8 @@ class TextGameAdapter:
         return ev
 
     def compliance(self, rule: dict, episodes: list[dict]) -> dict:
-        """The compliance analysis (:mod:`~promptevo.optim.reflect.compliance`) of ``episodes`` played with a
-        prompt carrying the induced ``rule`` (an induction record), the expert's action of every step from
-        a replay of each episode."""
-        vocab = Vocabulary.from_words(rule["vocabulary"]["words"], rule["vocabulary"]["structural"])
-        experts: dict[tuple[int, int], str] = {}
-        if task_has_expert(self.task, self.env_factory):
-            problems = Problems()
-            for ep in episodes:
-                for s in label_episode(self.task, ep, problems, env_factory=self.env_factory):
-                    experts[(s.seed, s.t)] = s.expert
-        return analyse_compliance(episodes, vocab, RuleTable.from_dict(rule["table"]), rule["fields"],
-                                  explorer=Explorer.from_dict(rule.get("explorer")), experts=experts)
+        """:func:`rule_compliance` of ``episodes`` on this adapter's task."""
+        return rule_compliance(self.task, rule, episodes, env_factory=self.env_factory)
 
     # -- propose ------------------------------------------------------------------------------------
     def hint_library(self) -> HintLibrary | None:

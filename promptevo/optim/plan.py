@@ -11,7 +11,6 @@ of half the step limit and children raced on all their seeds.
 
 from __future__ import annotations
 
-import gzip
 import json
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from promptevo.evaluation.store import iter_records
 from promptevo.optim.config import PRESETS, OptimizeConfig
 
 #: a plan longer than this is a long run: the plan names the flags that shrink it
@@ -85,19 +85,17 @@ def make_plan(cfg: OptimizeConfig, steps: int, *, calls_per_step: int = 1, has_e
 
 def _latencies(path: Path, limit: int = 400, calls: list[int] | None = None) -> list[float]:
     out: list[float] = []
-    opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                rec = json.loads(line).get("result") or {}
-                if calls is not None and not rec.get("error"):
-                    calls.append(int(rec.get("llm_calls") or 0))
-                for step in rec.get("trajectory") or []:
-                    for c in step.get("calls") or []:
-                        if not c.get("cached") and c.get("latency_s"):
-                            out.append(float(c["latency_s"]))
-                if len(out) >= limit:
-                    break
+        for record in iter_records(path):
+            rec = record.get("result") or {}
+            if calls is not None and not rec.get("error"):
+                calls.append(int(rec.get("llm_calls") or 0))
+            for step in rec.get("trajectory") or []:
+                for c in step.get("calls") or []:
+                    if not c.get("cached") and c.get("latency_s"):
+                        out.append(float(c["latency_s"]))
+            if len(out) >= limit:
+                break
     except (OSError, ValueError):
         return []
     return out
